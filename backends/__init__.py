@@ -1,0 +1,1 @@
+"""tex.backends: the NumPy reference (the oracle) and the llvmlite JIT."""

@@ -1,0 +1,1 @@
+"""tex.backends.llvm: LLVM IR generation (codegen), compilation and cache (jit), calling (runtime)."""

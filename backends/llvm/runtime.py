@@ -1,0 +1,2 @@
+def compile(*a, **k):
+    raise NotImplementedError

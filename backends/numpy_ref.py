@@ -1,0 +1,174 @@
+"""The NumPy reference: evaluates a Program with whole-array NumPy operations.
+
+This is the specification every compiled kernel is tested against. It evaluates each
+definition on the full grid of its indices (memory = product of the extents), so it is
+meant for test-sized inputs. Semantics that NumPy leaves open are fixed here and matched
+by the compiled code: reductions over an empty range give the combiner's identity
+(argmax/argmin give 0); integer division by zero gives 0.
+"""
+import math
+
+import numpy as np
+import sympy as sp
+
+from tex.errors import ShapeError
+from tex.expr import Access, Const, IndexValue, Op, Reduce, affine_terms
+from tex.program import as_program
+
+from ..scheduler.lower import identity
+
+
+def bind_sizes(program, arrays, params=None):
+    """{size or param symbol: int} from the input arrays; raises ShapeError on a mismatch."""
+    values = {}
+    for s, (pos, axis) in program.size_bindings().items():
+        values[s] = int(arrays[pos].shape[axis])
+    for p in program.params:
+        if params is None or str(p) not in params:
+            raise TypeError(f"missing call-time parameter {p}")
+        values[p] = int(params[str(p)])
+    for t, a in zip(program.inputs, arrays):
+        if a.ndim != t.ndim:
+            raise ShapeError(f"tensor {t.name}: expected rank {t.ndim}, got {a.ndim}")
+        for axis, d in enumerate(t.shape):
+            if int(d.xreplace(values)) != a.shape[axis]:
+                raise ShapeError(f"tensor {t.name}, dimension {axis}: expected {d} = "
+                                 f"{int(d.xreplace(values))}, got {a.shape[axis]}")
+    return values
+
+
+def evaluate(program, arrays, params=None):
+    """Evaluate `program` on input arrays (in program.inputs order); returns a tuple."""
+    program = as_program(program)
+    arrays = [np.asarray(a, dtype=t.dtype) for t, a in zip(program.inputs, arrays)]
+    sizes = bind_sizes(program, arrays, params)
+    env = dict(zip(program.inputs, arrays))
+    for d in program.definitions:
+        env[d] = _definition(d, env, sizes)
+    return tuple(env[o] for o in program.outputs)
+
+
+def _definition(d, env, sizes):
+    order = list(d.indices) + [x for x in d.extents if x not in d.indices]
+    ext = {x: int(sp.sympify(d.extents[x]).xreplace(sizes)) for x in order}
+    grid = {x: np.arange(ext[x]).reshape([-1 if y is x else 1 for y in order]) for x in order}
+    full = tuple(ext[x] for x in order)
+    with np.errstate(all="ignore"):
+        value = _eval(d.expr, env, sizes, grid)
+        red = d.reduction
+        dtype = red.body.dtype if red is not None else d.dtype
+        value = np.broadcast_to(np.asarray(value, dtype=dtype), full)
+    if red is not None:
+        axes = tuple(order.index(x) for x in red.over)
+        value = _reduce(red, value, axes)
+    else:
+        value = value.reshape(full)
+    return np.ascontiguousarray(np.broadcast_to(value, tuple(ext[x] for x in d.indices)))
+
+
+def _index(ix, sizes, grid):
+    coeffs, offset = affine_terms(ix, "reference")
+    out = int(sp.sympify(offset).xreplace(sizes))
+    for x, c in coeffs.items():
+        out = out + c * grid[x]
+    return out
+
+
+def _eval(e, env, sizes, grid):
+    if isinstance(e, Const):
+        return np.asarray(e.value, dtype=e.dtype)
+    if isinstance(e, IndexValue):
+        return np.asarray(_index(e.expr, sizes, grid), dtype=np.int64)
+    if isinstance(e, Access):
+        arr = env[e.tensor]
+        idx = tuple(_index(ix, sizes, grid) for ix in e.index)
+        return arr[idx] if idx else arr[()]
+    if isinstance(e, Reduce):
+        return _eval(e.body, env, sizes, grid)
+    if isinstance(e, Op):
+        args = [_eval(a, env, sizes, grid) for a in e.args]
+        return np.asarray(OPS[e.name](e, *args), dtype=e.dtype)
+    raise TypeError(f"reference: cannot evaluate {e!r}")
+
+
+def _int_div(e, a, b):
+    safe = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.floor_divide(a, safe))
+
+
+def _int_mod(e, a, b):
+    safe = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.remainder(a, safe))
+
+
+def _erf(e, a):
+    return np.vectorize(math.erf, otypes=[np.float64])(a).astype(e.dtype)
+
+
+def _power(e, a, b):
+    if e.dtype.kind in "iu":
+        return _int_power(a, b, e.dtype)
+    return np.power(a, b)
+
+
+def _int_power(a, b, dt):
+    """Integer power by squaring, wrapping; a negative exponent gives 0 (numpy raises)."""
+    a, b = np.broadcast_arrays(np.asarray(a, dt), np.asarray(b, dt))
+    result = np.ones(a.shape, dt)
+    base, exp = a.copy(), b.astype(np.int64)
+    neg = exp < 0
+    exp = np.where(neg, 0, exp)
+    while np.any(exp > 0):
+        odd = (exp & 1) == 1
+        result = np.where(odd, result * base, result)
+        base = base * base
+        exp >>= 1
+    return np.where(neg, 0, result)
+
+
+def _ufunc(name):
+    fn = getattr(np, name)
+    return lambda e, *args: fn(*args)
+
+
+OPS = {name: _ufunc(name) for name in (
+    "add", "subtract", "multiply", "true_divide", "negative", "absolute", "invert",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "less", "less_equal", "greater",
+    "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
+    "maximum", "minimum", "exp", "log", "sqrt", "tanh")}
+OPS.update({
+    "floor_divide": lambda e, a, b: _int_div(e, a, b) if e.dtype.kind in "iu"
+    else np.floor_divide(a, b),
+    "remainder": lambda e, a, b: _int_mod(e, a, b) if e.dtype.kind in "iu"
+    else np.remainder(a, b),
+    "power": _power,
+    "erf": _erf,
+    "cast": lambda e, a: np.asarray(a).astype(e.dtype),
+    "where": lambda e, c, a, b: np.where(c, a, b),
+})
+
+
+def _reduce(red, value, axes):
+    comb, acc = red.combiner, red.dtype
+    if comb in ("argmax", "argmin"):
+        keep = [ax for ax in range(value.ndim) if ax not in axes]
+        moved = np.moveaxis(value, axes, range(value.ndim - len(axes), value.ndim))
+        flat = moved.reshape([value.shape[a] for a in keep] + [-1])
+        if flat.shape[-1] == 0:
+            return np.zeros(flat.shape[:-1], np.int64)
+        return (np.argmax if comb == "argmax" else np.argmin)(flat, axis=-1).astype(np.int64)
+    value = value.astype(acc, copy=False)
+    if acc.kind == "b":
+        fn = {"sum": np.logical_or, "prod": np.logical_and, "max": np.logical_or,
+              "min": np.logical_and}[comb]
+        return fn.reduce(value, axis=axes) if value.size else \
+            np.full([s for a, s in enumerate(value.shape) if a not in axes], comb in ("prod", "min"))
+    if comb == "sum":
+        return np.sum(value, axis=axes, dtype=acc)
+    if comb == "prod":
+        return np.prod(value, axis=axes, dtype=acc)
+    fn = np.max if comb == "max" else np.min
+    if any(value.shape[a] == 0 for a in axes):
+        shape = [s for a, s in enumerate(value.shape) if a not in axes]
+        return np.full(shape, identity(comb, acc).value, acc)
+    return fn(value, axis=axes)

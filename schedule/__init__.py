@@ -1,0 +1,1 @@
+"""tex.scheduler: the loop-nest IR, lowering, schedule primitives and heuristics."""

@@ -1,0 +1,113 @@
+"""A program: the DAG of definitions that some outputs read (networkx).
+
+Nodes are tensors (inputs and definitions); an edge t -> d means definition d reads t.
+The program fixes the calling convention of a compiled kernel: inputs in order of first
+use, the sizes bound from their shapes, the call-time parameters, and the outputs.
+"""
+import networkx as nx
+import sympy as sp
+
+from .errors import ShapeError
+from .expr import Param
+from .tensor import Definition, Tensor, access_checks
+
+
+class Program:
+    """The definitions `outputs` need, in an order that respects their dependences."""
+
+    def __init__(self, outputs, params=()):
+        outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        for o in outputs:
+            if not isinstance(o, Definition):
+                raise TypeError(f"{o!r} is not a tex.compute definition")
+        self.outputs = outputs
+        self.graph = nx.DiGraph()
+        stack, seen = list(outputs), set()
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            self.graph.add_node(t)
+            if isinstance(t, Definition):
+                for r in t.reads():
+                    self.graph.add_edge(r, t)
+                    stack.append(r)
+        self._check_names()
+        self.definitions = self._ordered_definitions()
+        self.inputs = self._inputs_in_order_of_use()
+        self.intermediates = tuple(d for d in self.definitions if d not in self.outputs)
+        self.sizes = self._sizes()
+        self.params = tuple(sorted(self._symbols(Param) | set(params), key=str))
+
+    def _check_names(self):
+        seen = {}
+        for t in self.graph.nodes:
+            other = seen.setdefault(t.name, t)
+            if other is not t:
+                raise ValueError(f"two different tensors are named {t.name!r} in one program")
+
+    def _ordered_definitions(self):
+        # stable topological order: ties broken by the order definitions were created
+        defs = [t for t in self.graph.nodes if isinstance(t, Definition)]
+        rank = {d: n for n, d in enumerate(defs)}
+        sub = self.graph.subgraph(defs)
+        return tuple(nx.lexicographical_topological_sort(sub, key=lambda d: rank[d]))
+
+    def _inputs_in_order_of_use(self):
+        out = []
+        for d in self.definitions:
+            for t in d.reads():
+                if not isinstance(t, Definition) and t not in out:
+                    out.append(t)
+        return tuple(out)
+
+    def _symbols(self, kind):
+        syms = set()
+        for t in list(self.inputs) + list(self.definitions):
+            for e in t.shape:
+                syms |= {s for s in e.free_symbols if isinstance(s, kind)}
+            if isinstance(t, Definition):
+                for e in t.extents.values():
+                    syms |= {s for s in e.free_symbols if isinstance(s, kind)}
+        return syms
+
+    def _sizes(self):
+        syms = {s for s in self._symbols(sp.Symbol) if not isinstance(s, Param)}
+        return tuple(sorted(syms, key=str))
+
+    def size_bindings(self):
+        """{size: (input position, axis)}: where each size is read from at call time."""
+        bind = {}
+        for pos, t in enumerate(self.inputs):
+            for axis, d in enumerate(t.shape):
+                if isinstance(d, sp.Symbol) and not isinstance(d, Param) and d not in bind:
+                    bind[d] = (pos, axis)
+        unbound = [s for s in self.sizes if s not in bind]
+        if unbound:
+            names = ", ".join(map(str, unbound))
+            raise ShapeError(f"size {names} cannot be bound: no input has it as a dimension")
+        return bind
+
+    def access_checks(self):
+        return [c for d in self.definitions for c in access_checks(d)]
+
+    def tensor(self, name):
+        for t in self.graph.nodes:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def __repr__(self):
+        lines = [f"inputs: {', '.join(repr(t) for t in self.inputs)}"]
+        for d in self.definitions:
+            idx = ", ".join(map(str, d.indices))
+            lines.append(f"{d.name}[{idx}] = {d.expr!r}")
+        return "\n".join(lines)
+
+
+def as_program(outputs):
+    return outputs if isinstance(outputs, Program) else Program(outputs)
+
+
+__all__ = ["Program", "Tensor", "as_program"]

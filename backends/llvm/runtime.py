@@ -1,2 +1,279 @@
-def compile(*a, **k):
-    raise NotImplementedError
+"""`tex.compile`: a scheduled program becomes a Python callable on NumPy arrays.
+
+The call path is generated Python source, specialised to the program's signature and
+compiled once with `exec`: argument binding is Python's own (inputs by position or
+name, parameters and `out=` by keyword), then an identity check of each array's type
+and dtype, the rank and size checks, the output allocation, and one ctypes call that
+hands the array objects themselves to the machine code (which reads data pointers,
+shapes and strides from numpy's array struct). No sympy, no IR walk, no per-element
+Python on that path; everything slow (coercion, copies for overlapping `out=`,
+misaligned views, error messages) lives in helpers that run only when needed.
+"""
+import builtins
+import ctypes
+import itertools
+import operator
+import re
+
+import numpy as np
+import sympy as sp
+
+from tex.errors import ShapeError
+from tex.program import as_program
+from tex.tensor import Definition
+
+from ...scheduler.ir import Scope
+from ...scheduler.printer import format_nest
+from . import codegen, jit
+
+_counter = itertools.count()
+
+
+def compile(target, fast_math=True, name=None):
+    """Compile a schedule, a definition, a tuple of definitions or a Program."""
+    from ...scheduler.schedule import Schedule, default_schedule
+    sched = target if isinstance(target, Schedule) else default_schedule(as_program(target))
+    kernel = sched.kernel(fast_math=fast_math)
+    program = sched.program
+    symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
+    module = codegen.build(kernel, symbol, fast_math)
+    ir_text = str(module)
+    address, engine = jit.load(ir_text, symbol)
+    return CompiledFunction(program, kernel, ir_text, symbol, address, engine)
+
+
+class CompiledFunction:
+    """A compiled program. Call it with the inputs (by position, in order of first use,
+    or by name), call-time parameters by keyword and optionally `out=`."""
+
+    def __init__(self, program, kernel, ir_text, symbol, address, engine):
+        self.program, self.kernel = program, kernel
+        self.llvm_ir, self.symbol = ir_text, symbol
+        self._engine = engine
+        n_arrays = len(kernel.inputs) + len(kernel.outputs)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
+                                                  + [ctypes.c_int64] * len(kernel.params)))
+        self._cfunc = proto(address)
+        self._asm = None
+        self.input_names = tuple(t.name for t in program.inputs)
+        self.param_names = tuple(str(p) for p in program.params)
+        self._call = _make_caller(self)
+        self.__call__ = self._call
+
+    def __call__(self, *args, **kwargs):
+        return self._call(*args, **kwargs)
+
+    @property
+    def loop_nest(self):
+        return format_nest(self.kernel)
+
+    @property
+    def asm(self):
+        if self._asm is None:
+            self._asm = jit.assembly(self.llvm_ir)
+        return self._asm
+
+    @property
+    def buffers(self):
+        """The intermediate buffers the kernel allocates (outputs excluded)."""
+        from ...scheduler.ir import buffers_of
+        out = []
+        for stage in self.kernel.body:
+            for b in buffers_of(stage):
+                wanted = b.scope is Scope.TEMP or (b.scope is Scope.LOCAL and b.shape)
+                if wanted and b not in out:
+                    out.append(b)
+        return out
+
+    def __repr__(self):
+        return (f"<tex compiled {self.symbol}({', '.join(self.input_names)}) -> "
+                f"{', '.join(o.name for o in self.program.outputs)}>")
+
+
+# ---------------------------------------------------------------- the generated call path
+
+def pyexpr(e, names):
+    """A sympy size expression as Python source over the variables in `names`."""
+    e = sp.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return names[e]
+    if isinstance(e, sp.Add):
+        return "(" + " + ".join(pyexpr(a, names) for a in e.args) + ")"
+    if isinstance(e, sp.Mul):
+        num, den = sp.fraction(e)
+        if den != 1:
+            raise NotImplementedError(f"size expression {e} is not an integer")
+        return "(" + " * ".join(pyexpr(a, names) for a in e.args) + ")"
+    if isinstance(e, (sp.floor, sp.ceiling)):
+        num, den = sp.fraction(sp.together(e.args[0]))
+        n, d = pyexpr(num, names), pyexpr(den, names)
+        return f"({n} // {d})" if isinstance(e, sp.floor) else f"(-((-{n}) // {d}))"
+    if isinstance(e, sp.Mod):
+        return f"({pyexpr(e.args[0], names)} % {pyexpr(e.args[1], names)})"
+    if isinstance(e, (sp.Min, sp.Max)):
+        fn = "min" if isinstance(e, sp.Min) else "max"
+        return f"{fn}({', '.join(pyexpr(a, names) for a in e.args)})"
+    raise NotImplementedError(f"size expression {e} ({type(e).__name__})")
+
+
+def _make_caller(cf):
+    program, kernel = cf.program, cf.kernel
+    inputs, outputs = program.inputs, program.outputs
+    argnames = [f"{t.name}" for t in inputs]
+    clash = set(argnames) & (set(cf.param_names) | {"out"})
+    if clash or len(set(argnames)) != len(argnames):
+        raise ValueError(f"input names must be distinct from each other, from the "
+                         f"parameters and from 'out': {sorted(clash) or argnames}")
+    names = {s: f"_z_{s}" for s in program.sizes}
+    names.update({p: f"_p_{p}" for p in program.params})
+    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": cf._cfunc,
+         "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
+         "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
+         "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error}
+    L = []
+    kw = [f"{p}=None" for p in cf.param_names] + ["out=None"]
+    L.append(f"def call({', '.join(argnames)}{', ' if argnames else ''}*, {', '.join(kw)}):")
+    for pos, t in enumerate(inputs):
+        a = argnames[pos]
+        g[f"_dt{pos}"] = t.dtype
+        L.append(f"    if type({a}) is not _ndarray or {a}.dtype is not _dt{pos}: "
+                 f"{a} = _coerce(_cf, {pos}, {a})")
+        L.append(f"    if {a}.ndim != {t.ndim}: raise _rank_error(_cf, {pos}, {a})")
+    # bind sizes at first appearance, then check every dimension against its expression
+    bound = set()
+    for pos, t in enumerate(inputs):
+        for axis, d in enumerate(t.shape):
+            if kernel.bindings.get(d) == (pos, axis):
+                bound.add(d)
+    checks = []
+    for pos, t in enumerate(inputs):
+        a = argnames[pos]
+        for axis, d in enumerate(t.shape):
+            if kernel.bindings.get(d) == (pos, axis):
+                L.append(f"    {names[d]} = {a}.shape[{axis}]")
+            else:
+                checks.append((pos, axis, d))
+    for p in program.params:
+        L.append(f"    if {p} is None: raise TypeError('missing call-time parameter {p}')")
+        L.append(f"    {names[p]} = _index({p})")
+        L.append(f"    if {names[p]} <= 0: raise ValueError('parameter {p} must be positive, "
+                 f"got %d' % {names[p]})")
+    for pos, axis, d in checks:
+        a = argnames[pos]
+        L.append(f"    if {a}.shape[{axis}] != {pyexpr(d, names)}: "
+                 f"raise _dim_error(_cf, {pos}, {axis}, {a}.shape[{axis}], {pyexpr(d, names)})")
+    for n, (t, axis, largest, dim, exts) in enumerate(program.access_checks()):
+        cond = " and ".join(f"{pyexpr(x, names)} > 0" for x in exts) or "True"
+        g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: index reaches {largest} "
+                             f"but the dimension is {dim}")
+        L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
+                 f"raise _ShapeError(_acc_msg{n} + ' (%s)' % ({pyexpr(largest, names)},))")
+    for d in program.definitions:
+        for x, ext in d.extents.items():
+            if not (ext.is_Symbol or ext.is_Integer):
+                L.append(f"    if {pyexpr(ext, names)} < 0: raise _ShapeError('compute {d.name}:"
+                         f" index {x.name} has a negative extent {ext} = %d' % "
+                         f"{pyexpr(ext, names)})")
+    outs = []
+    for n, o in enumerate(outputs):
+        g[f"_odt{n}"] = o.dtype
+        shape = "(" + "".join(pyexpr(d, names) + ", " for d in o.shape) + ")"
+        outs.append((f"_o{n}", shape))
+    arrays = ", ".join(argnames + [o for o, _ in outs])
+    params = "".join(f", {names[p]}" for p in program.params)
+    L.append("    if out is None:")
+    for n, (o, shape) in enumerate(outs):
+        L.append(f"        {o} = _empty({shape}, _odt{n})")
+    L.append(f"        _st = _cfunc({arrays}{params})")
+    L.append("        if _st:")
+    L.append(f"            _status(_cf, _st, ({', '.join(argnames)}{',' if argnames else ''}), "
+             f"({''.join(o + ', ' for o, _ in outs)}), ({params.lstrip(', ')}{',' if params else ''}))")
+    L.append(f"        return {', '.join(o for o, _ in outs)}")
+    shapes = "(" + "".join(s + ", " for _, s in outs) + ")"
+    L.append(f"    _ins, _tgt, _fin = _prepare_out(_cf, out, {shapes}, "
+             f"({', '.join(argnames)}{',' if argnames else ''}))")
+    L.append(f"    _st = _cfunc(*_ins, *_tgt{params})")
+    L.append(f"    if _st: _status(_cf, _st, _ins, _tgt, ({params.lstrip(', ')}{',' if params else ''}))")
+    L.append("    return _finish_out(out, _tgt, _fin)")
+    src = "\n".join(L)
+    exec(builtins.compile(src, f"<tex call path of {cf.symbol}>", "exec"), g)
+    call = g["call"]
+    call.__doc__ = f"Compiled tex kernel {cf.symbol}."
+    call.source = src
+    return call
+
+
+def _coerce(cf, pos, a):
+    """Slow path: convert an argument to an array of the declared dtype, or refuse."""
+    t = cf.program.inputs[pos]
+    arr = np.asarray(a)
+    if arr.dtype == t.dtype:
+        return arr if arr.dtype.isnative else arr.astype(t.dtype)
+    if not np.can_cast(arr.dtype, t.dtype, "safe"):
+        raise TypeError(f"tensor {t.name}: cannot cast {arr.dtype} to {t.dtype} safely")
+    return arr.astype(t.dtype)
+
+
+def _rank_error(cf, pos, a):
+    t = cf.program.inputs[pos]
+    return ShapeError(f"tensor {t.name}: expected rank {t.ndim} (shape {t.shape}), "
+                      f"got an array of rank {a.ndim} (shape {a.shape})")
+
+
+def _dim_error(cf, pos, axis, got, expected):
+    t = cf.program.inputs[pos]
+    return ShapeError(f"tensor {t.name}, dimension {axis}: expected {t.shape[axis]} = "
+                      f"{expected}, got {got}")
+
+
+def _prepare_out(cf, out, shapes, inputs):
+    """Validate `out=`; returns (inputs, arrays to write, (results to copy back))."""
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(shapes):
+        raise ValueError(f"out= needs {len(shapes)} arrays, got {len(outs)}")
+    targets, finish = [], []
+    inputs = list(inputs)
+    for o, shape, d in zip(outs, shapes, cf.program.outputs):
+        if not isinstance(o, np.ndarray):
+            raise TypeError(f"out= for {d.name} must be a numpy array, not {type(o).__name__}")
+        if o.shape != shape:
+            raise ShapeError(f"out= for {d.name}: expected shape {shape}, got {o.shape}")
+        if not o.flags.writeable:
+            raise ValueError(f"out= for {d.name} is read-only")
+        if o.dtype != d.dtype:
+            if not np.can_cast(d.dtype, o.dtype, "safe"):
+                raise TypeError(f"out= for {d.name}: cannot cast the result {d.dtype} to "
+                                f"{o.dtype} safely")
+            targets.append(np.empty(shape, d.dtype))
+            finish.append(o)
+            continue
+        for n, a in enumerate(inputs):
+            if np.may_share_memory(a, o):
+                inputs[n] = a.copy()          # as if the input had been copied first
+        targets.append(o)
+        finish.append(None)
+    return inputs, targets, finish
+
+
+def _finish_out(out, targets, finish):
+    for tgt, dst in zip(targets, finish):
+        if dst is not None:
+            np.copyto(dst, tgt)
+    return out
+
+
+def _status(cf, status, inputs, targets, params):
+    """A non-zero kernel status: retry misaligned arrays with aligned copies."""
+    if status == codegen.STATUS_NOMEM:
+        raise MemoryError(f"{cf.symbol}: could not allocate an intermediate buffer")
+    if status != codegen.STATUS_MISALIGNED:
+        raise RuntimeError(f"{cf.symbol}: kernel returned status {status}")
+    ins = [np.array(a, copy=True) for a in inputs]
+    outs = [np.empty(t.shape, t.dtype) for t in targets]
+    st = cf._cfunc(*ins, *outs, *params)
+    if st:
+        raise RuntimeError(f"{cf.symbol}: kernel returned status {st} on aligned copies")
+    for t, o in zip(targets, outs):
+        np.copyto(t, o)

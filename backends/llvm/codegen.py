@@ -1,0 +1,400 @@
+"""LLVM IR for a loop nest, built with llvmlite.ir.
+
+Each kernel is two functions:
+
+    i32 @k(ptr arr0, ..., i64 param0, ...)        the entry point called from Python
+    void @k.body(ptr noalias data0, ..., i64 stride..., i64 size..., i64 param...)
+
+`@k` receives numpy array objects, reads data pointers, shapes and strides from
+numpy's array struct (no Python-side pointer extraction, which costs ~1 us an
+array), checks that strides and data are aligned to the element size (returns 1 if
+not, and Python retries with copies), binds the sizes and calls `@k.body`, which is
+always inlined so that its `noalias` arguments become alias scopes for the optimizer.
+Index arithmetic is 64-bit and follows Python's floor semantics for `//` and `%`.
+Element strides may be negative or zero, so views work without copies.
+"""
+import numpy as np
+import sympy as sp
+from llvmlite import ir
+
+from tex.expr import Access, Const, IndexValue, Op
+
+from ...scheduler.ir import Guard, Kernel, Loop, LoopKind, Scope, Stage, Store, Update, walk
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+# numpy's PyArrayObject_fields: ob_refcnt, ob_type, data, nd, dimensions, strides
+ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
+FAST = ("reassoc", "contract", "nsz")
+STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM = 0, 1, 2
+
+
+def value_type(dt):
+    """The register type of a dtype (bool is i1)."""
+    dt = np.dtype(dt)
+    if dt.kind == "b":
+        return I1
+    if dt.kind in "iu":
+        return ir.IntType(8 * dt.itemsize)
+    return {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}[dt.itemsize]
+
+
+def memory_type(dt):
+    """The in-memory type of a dtype (bool is one byte)."""
+    return I8 if np.dtype(dt).kind == "b" else value_type(dt)
+
+
+class Codegen:
+    """Builds the LLVM module of one Kernel. Use `build(kernel, name)`."""
+
+    def __init__(self, kernel, name, fast_math=True):
+        self.kernel, self.name, self.fast_math = kernel, name, fast_math
+        self.module = ir.Module(name=name)
+        self.buffers = _kernel_buffers(kernel)
+
+    # ------------------------------------------------------------ entry point
+    def build(self):
+        body_fn = self._body_function()
+        arrays = list(self.kernel.inputs) + list(self.kernel.outputs)
+        fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * len(self.kernel.params))
+        fn = ir.Function(self.module, fnty, name=self.name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        bad = fn.append_basic_block("misaligned")
+        call_args, strides_args, ok = [], [], ir.Constant(I1, 1)
+        dims = {}
+        for pos, buf in enumerate(arrays):
+            obj = fn.args[pos]
+            data = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DATA)], source_etype=I8), typ=PTR)
+            size = np.dtype(buf.dtype).itemsize
+            if size > 1:
+                addr = b.ptrtoint(data, I64)
+                ok = b.and_(ok, b.icmp_unsigned("==", b.and_(addr, ir.Constant(I64, size - 1)),
+                                                ir.Constant(I64, 0)))
+            call_args.append(data)
+            if buf.ndim:
+                dptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DIMS)], source_etype=I8), typ=PTR)
+                sptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_STRIDES)], source_etype=I8),
+                              typ=PTR)
+            for axis in range(buf.ndim):
+                dims[pos, axis] = lambda dptr=dptr, axis=axis: b.load(
+                    b.gep(dptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
+                st = b.load(b.gep(sptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
+                if size > 1:
+                    rem = b.srem(st, ir.Constant(I64, size))
+                    ok = b.and_(ok, b.icmp_signed("==", rem, ir.Constant(I64, 0)))
+                    st = b.sdiv(st, ir.Constant(I64, size))
+                strides_args.append(st)
+        size_args = [dims[self.kernel.bindings[s]]() for s in self.kernel.sizes]
+        param_args = list(fn.args[len(arrays):])
+        good = fn.append_basic_block("call")
+        b.cbranch(ok, good, bad)
+        b.position_at_end(bad)
+        b.ret(ir.Constant(I32, STATUS_MISALIGNED))
+        b.position_at_end(good)
+        status = b.call(body_fn, call_args + strides_args + size_args + param_args)
+        b.ret(status)
+        return self.module
+
+    # ------------------------------------------------------------ the body
+    def _body_function(self):
+        k = self.kernel
+        arrays = list(k.inputs) + list(k.outputs)
+        n_strides = sum(buf.ndim for buf in arrays)
+        fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * n_strides
+                               + [I64] * (len(k.sizes) + len(k.params)))
+        fn = ir.Function(self.module, fnty, name=f"{self.name}.body")
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        fn.attributes.add("nounwind")
+        for pos in range(len(arrays)):
+            fn.args[pos].add_attribute("noalias")
+        self.fn = fn
+        entry = fn.append_basic_block("entry")      # allocas only; branches to start
+        start = fn.append_basic_block("start")
+        self.eb = ir.IRBuilder(entry)
+        self.b = b = ir.IRBuilder(start)
+        self.env = {}
+        self.memory = {}       # Buffer -> (base pointer, [element strides])
+        args = iter(fn.args)
+        data = [next(args) for _ in arrays]
+        for buf, ptr in zip(arrays, data):
+            self.memory[buf] = (ptr, [next(args) for _ in range(buf.ndim)])
+        for s in list(k.sizes) + list(k.params):
+            self.env[s] = next(args)
+        self.fail_block = fn.append_basic_block("nomem")
+        self.temps = []          # stack slots holding heap pointers (null until allocated)
+        for buf in self.buffers:
+            if buf.scope is Scope.LOCAL:
+                self._alloca(buf)
+        for buf in self.buffers:
+            if buf.scope is Scope.TEMP:
+                self._malloc(buf)
+        for stmt in k.body:
+            self._stmt(stmt)
+        self._free_temps()
+        b.ret(ir.Constant(I32, STATUS_OK))
+        b.position_at_end(self.fail_block)
+        self._free_temps()
+        b.ret(ir.Constant(I32, STATUS_NOMEM))
+        self.eb.branch(start)
+        return fn
+
+    def _contiguous_strides(self, shape):
+        strides, acc = [], ir.Constant(I64, 1)
+        for d in reversed(shape):
+            strides.append(acc)
+            acc = self.b.mul(acc, self.index(d))
+        return list(reversed(strides)), acc
+
+    def _alloca(self, buf):
+        if any(not sp.sympify(d).is_Integer for d in buf.shape):
+            return self._malloc(buf)
+        count = int(np.prod([int(d) for d in buf.shape])) if buf.shape else 1
+        ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
+        self.memory[buf] = (ptr, self._contiguous_strides(buf.shape)[0])
+
+    def _malloc(self, buf):
+        strides, count = self._contiguous_strides(buf.shape)
+        nbytes = self.b.mul(count, ir.Constant(I64, np.dtype(buf.dtype).itemsize))
+        nbytes = self.b.add(nbytes, ir.Constant(I64, 64))       # never 0; room to round up
+        nbytes = self.b.and_(nbytes, ir.Constant(I64, ~63))
+        slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")
+        self.eb.store(ir.Constant(PTR, None), slot)
+        ptr = self.b.call(self._extern("aligned_alloc", PTR, [I64, I64]),
+                          [ir.Constant(I64, 64), nbytes], name=buf.name)
+        self.b.store(ptr, slot)
+        ok = self.fn.append_basic_block(f"{buf.name}.ok")
+        self.b.cbranch(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)),
+                       self.fail_block, ok)
+        self.b.position_at_end(ok)
+        self.memory[buf] = (ptr, strides)
+        self.temps.append(slot)
+
+    def _free_temps(self):
+        free = self._extern("free", ir.VoidType(), [PTR])
+        for slot in self.temps:
+            self.b.call(free, [self.b.load(slot, typ=PTR)])
+
+    def _extern(self, name, ret, args):
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    def intrinsic(self, name, dt, nargs):
+        ty = value_type(dt)
+        suffix = {I1: "i1"}.get(ty) or (f"i{ty.width}" if isinstance(ty, ir.IntType) else
+                                         {"half": "f16", "float": "f32", "double": "f64"}[str(ty)])
+        return self._extern(f"llvm.{name}.{suffix}", ty, [ty] * nargs)
+
+    # ------------------------------------------------------------ statements
+    def _stmt(self, s):
+        if isinstance(s, Stage):
+            for c in s.body:
+                self._stmt(c)
+        elif isinstance(s, Loop):
+            self._loop(s)
+        elif isinstance(s, Guard):
+            with self.b.if_then(self.condition(s.cond)):
+                for c in s.body:
+                    self._stmt(c)
+        elif isinstance(s, Store):
+            self.store(s.buffer, s.index, self.value(s.value))
+        elif isinstance(s, Update):
+            self._update(s)
+        else:
+            raise NotImplementedError(f"codegen: {type(s).__name__}")
+
+    def _loop(self, loop):
+        b = self.b
+        start = self.index(loop.start)
+        end = b.add(start, self.index(loop.extent))
+        pre = b.block
+        head = self.fn.append_basic_block(f"{loop.var.name}.head")
+        body = self.fn.append_basic_block(f"{loop.var.name}.body")
+        done = self.fn.append_basic_block(f"{loop.var.name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        var = b.phi(I64, name=loop.var.name)
+        var.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", var, end), body, done)
+        b.position_at_end(body)
+        self.env[loop.var] = var
+        for c in loop.body:
+            self._stmt(c)
+        nxt = b.add(var, ir.Constant(I64, 1))
+        nxt.flags.append("nsw")
+        latch = b.branch(head)
+        md = self._loop_metadata(loop)
+        if md is not None:
+            latch.set_metadata("llvm.loop", md)
+        var.add_incoming(nxt, b.block)
+        b.position_at_end(done)
+        del self.env[loop.var]
+
+    def _loop_metadata(self, loop):
+        if loop.kind is LoopKind.UNROLLED:
+            hint = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                               "llvm.loop.unroll.full")])
+        elif loop.kind is LoopKind.VECTOR:
+            hint = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                               "llvm.loop.vectorize.enable"),
+                                             ir.Constant(I1, 1)])
+        else:
+            return None
+        return _self_referential(self.module, hint)
+
+    def _update(self, s):
+        b = self.b
+        ptr = self.address(s.buffer, s.index)
+        acc = self._load(ptr, s.buffer.dtype)
+        x = self.value(s.value)
+        if s.arg is None:
+            self._store(ptr, COMBINE[s.combiner](self, s.buffer.dtype, acc, x, s.fast_math),
+                        s.buffer.dtype)
+            return
+        pos_ptr = self.address(s.arg.buffer, s.arg.index)
+        better = _better(self, s.buffer.dtype, s.combiner, x, acc)
+        self._store(ptr, b.select(better, x, acc), s.buffer.dtype)
+        pos = b.select(better, self.value(s.arg.position), self._load(pos_ptr, np.int64))
+        self._store(pos_ptr, pos, np.int64)
+
+    # ------------------------------------------------------------ memory
+    def address(self, buf, index):
+        base, strides = self.memory[buf]
+        offset = None
+        for ix, st in zip(index, strides):
+            term = self.b.mul(self.index(ix), st)
+            offset = term if offset is None else self.b.add(offset, term)
+        if offset is None:
+            return base
+        return self.b.gep(base, [offset], source_etype=memory_type(buf.dtype))
+
+    def _load(self, ptr, dt):
+        v = self.b.load(ptr, typ=memory_type(dt), align=np.dtype(dt).itemsize)
+        return self.b.trunc(v, I1) if np.dtype(dt).kind == "b" else v
+
+    def _store(self, ptr, v, dt):
+        if np.dtype(dt).kind == "b":
+            v = self.b.zext(v, I8)
+        self.b.store(v, ptr, align=np.dtype(dt).itemsize)
+
+    def store(self, buf, index, v):
+        self._store(self.address(buf, index), v, buf.dtype)
+
+    # ------------------------------------------------------------ index expressions
+    def index(self, e):
+        """An affine sympy expression (sizes, params, loop variables) as an i64 value."""
+        e = sp.sympify(e)
+        b = self.b
+        if e.is_Integer:
+            return ir.Constant(I64, int(e))
+        if e.is_Symbol:
+            return self.env[e]
+        if isinstance(e, sp.Add):
+            vals = [self.index(a) for a in e.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = b.add(out, v)
+            return out
+        if isinstance(e, sp.Mul):
+            num, den = sp.fraction(e)
+            if den != 1:
+                raise NotImplementedError(f"codegen: non-integer index expression {e}")
+            vals = [self.index(a) for a in e.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = b.mul(out, v)
+            return out
+        if isinstance(e, (sp.floor, sp.ceiling)):
+            num, den = sp.fraction(sp.together(e.args[0]))
+            if not den.is_Integer:
+                raise NotImplementedError(f"codegen: division by a non-constant in {e}")
+            if isinstance(e, sp.ceiling):
+                return b.neg(floor_div(b, b.neg(self.index(num)), ir.Constant(I64, int(den))))
+            return floor_div(b, self.index(num), ir.Constant(I64, int(den)))
+        if isinstance(e, sp.Mod):
+            a, m = self.index(e.args[0]), self.index(e.args[1])
+            return b.sub(a, b.mul(m, floor_div(b, a, m)))
+        if isinstance(e, (sp.Min, sp.Max)):
+            op = "<" if isinstance(e, sp.Min) else ">"
+            vals = [self.index(a) for a in e.args]
+            out = vals[0]
+            for v in vals[1:]:
+                out = b.select(b.icmp_signed(op, out, v), out, v)
+            return out
+        raise NotImplementedError(f"codegen: index expression {e} ({type(e).__name__})")
+
+    def condition(self, c):
+        b = self.b
+        if c is sp.true:
+            return ir.Constant(I1, 1)
+        if isinstance(c, sp.And):
+            out = self.condition(c.args[0])
+            for a in c.args[1:]:
+                out = b.and_(out, self.condition(a))
+            return out
+        if isinstance(c, sp.Or):
+            out = self.condition(c.args[0])
+            for a in c.args[1:]:
+                out = b.or_(out, self.condition(a))
+            return out
+        ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
+               sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
+        return b.icmp_signed(ops[type(c)], self.index(c.lhs), self.index(c.rhs))
+
+    # ------------------------------------------------------------ values
+    def value(self, e):
+        if isinstance(e, Const):
+            return const(e.dtype, e.value)
+        if isinstance(e, Access):
+            return self._load(self.address(e.tensor, e.index), e.tensor.dtype)
+        if isinstance(e, IndexValue):
+            return self.index(e.expr)
+        if isinstance(e, Op):
+            args = [self.value(a) for a in e.args]
+            return OPS[e.name](self, e, *args)
+        raise NotImplementedError(f"codegen: value {e!r}")
+
+
+def _self_referential(module, *hints):
+    """`!0 = distinct !{!0, hints...}`: the form LLVM's loop metadata needs."""
+    md = module.add_metadata([None, *hints])
+    md.operands = (md, *hints)
+    return md
+
+
+def _kernel_buffers(kernel):
+    from ...scheduler.ir import buffers_of
+    seen = {}
+    for stage in kernel.body:
+        for buf in buffers_of(stage):
+            seen.setdefault(id(buf), buf)
+    return list(seen.values())
+
+
+def const(dt, value):
+    ty = value_type(dt)
+    if isinstance(ty, ir.IntType):
+        return ir.Constant(ty, int(value) & ((1 << ty.width) - 1) if ty.width > 1
+                           else int(bool(value)))
+    return ir.Constant(ty, float(value))
+
+
+def floor_div(b, a, d):
+    """Python's a // d for i64 (d != 0): sdiv rounds toward zero, floor rounds down."""
+    q = b.sdiv(a, d)
+    r = b.srem(a, d)
+    neg = b.icmp_signed("!=", b.icmp_signed("<", r, ir.Constant(I64, 0)),
+                        b.icmp_signed("<", d, ir.Constant(I64, 0)))
+    adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)), neg)
+    return b.sub(q, b.zext(adjust, I64))
+
+
+from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen's helpers)
+
+
+def build(kernel, name, fast_math=True):
+    """Kernel -> llvmlite.ir.Module with entry point `name`."""
+    assert isinstance(kernel, Kernel)
+    return Codegen(kernel, name, fast_math).build()

@@ -1,0 +1,318 @@
+"""Per-operation lowering to LLVM IR: tables keyed by the op's name.
+
+Each entry is `fn(cg, expr, *args) -> ir.Value`; the arguments were already converted
+to the types numpy's ufunc resolution chose (tex.expr.op casts them), so an entry only
+dispatches on kind: bool (i1), signed, unsigned, float. Semantics follow numpy's, with
+the cases numpy leaves to the hardware made safe: integer division or modulo by zero
+gives 0 (never a SIGFPE), INT_MIN // -1 wraps, float -> int casts saturate.
+"""
+import numpy as np
+from llvmlite import ir
+
+from .codegen import FAST, I1, I64, const, value_type
+
+
+def _kind(dt):
+    return {"b": "bool", "i": "int", "u": "uint", "f": "float"}[np.dtype(dt).kind]
+
+
+def _binary(int_op, float_op, bool_op, uint_op=None):
+    def emit(cg, e, a, b):
+        kind = _kind(e.args[0].dtype)
+        name = {"bool": bool_op, "int": int_op, "uint": uint_op or int_op,
+                "float": float_op}[kind]
+        if name is None:
+            raise NotImplementedError(f"codegen: {e.name} on {e.args[0].dtype}")
+        return getattr(cg.b, name)(a, b)
+    return emit
+
+
+def _compare(op):
+    def emit(cg, e, a, b):
+        kind = _kind(e.args[0].dtype)
+        if kind == "float":
+            if op == "!=":
+                return cg.b.fcmp_unordered(op, a, b)
+            return cg.b.fcmp_ordered(op, a, b)
+        if kind == "int":
+            return cg.b.icmp_signed(op, a, b)
+        return cg.b.icmp_unsigned(op, a, b)
+    return emit
+
+
+def _zero_guarded(cg, dt, b_val, compute):
+    """Integer division/modulo: 0 where the divisor is 0; never divide by zero."""
+    b = cg.b
+    zero = ir.Constant(b_val.type, 0)
+    is_zero = b.icmp_unsigned("==", b_val, zero)
+    safe = b.select(is_zero, ir.Constant(b_val.type, 1), b_val)
+    return b.select(is_zero, zero, compute(safe))
+
+
+def _int_divmod(cg, dt, a, d):
+    """Python floor division and modulo for integers (d != 0); INT_MIN // -1 wraps."""
+    b = cg.b
+    if _kind(dt) == "uint":
+        return b.udiv(a, d), b.urem(a, d)
+    minus_one = b.icmp_signed("==", d, ir.Constant(d.type, -1))
+    d_safe = b.select(minus_one, ir.Constant(d.type, 1), d)     # sdiv(INT_MIN, -1) traps
+    q = b.sdiv(a, d_safe)
+    r = b.srem(a, d_safe)
+    q = b.select(minus_one, b.neg(a), q)
+    r = b.select(minus_one, ir.Constant(d.type, 0), r)
+    zero = ir.Constant(d.type, 0)
+    signs_differ = b.icmp_signed("!=", b.icmp_signed("<", r, zero), b.icmp_signed("<", d, zero))
+    adjust = b.and_(b.icmp_signed("!=", r, zero), signs_differ)
+    q = b.select(adjust, b.sub(q, ir.Constant(d.type, 1)), q)
+    r = b.select(adjust, b.add(r, d), r)
+    return q, r
+
+
+def _float_divmod(cg, dt, a, d):
+    """numpy's npy_divmod for floats: (floor quotient, remainder with the divisor's sign)."""
+    b = cg.b
+    zero = ir.Constant(a.type, 0.0)
+    mod = b.frem(a, d)
+    div = b.fdiv(b.fsub(a, mod), d)
+    mod_nonzero = b.fcmp_unordered("!=", mod, zero)
+    signs_differ = b.icmp_unsigned("!=", b.fcmp_ordered("<", d, zero),
+                                   b.fcmp_ordered("<", mod, zero))
+    fix = b.and_(mod_nonzero, signs_differ)
+    mod = b.select(fix, b.fadd(mod, d), mod)
+    div = b.select(fix, b.fsub(div, ir.Constant(a.type, 1.0)), div)
+    copysign = cg.intrinsic("copysign", dt, 2)
+    mod = b.select(mod_nonzero, mod, b.call(copysign, [zero, d]))
+    floor = b.call(cg.intrinsic("floor", dt, 1), [div])
+    floor = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ir.Constant(a.type, 0.5)),
+                     b.fadd(floor, ir.Constant(a.type, 1.0)), floor)
+    div_nonzero = b.fcmp_unordered("!=", div, zero)
+    floor = b.select(div_nonzero, floor, b.call(copysign, [zero, b.fdiv(a, d)]))
+    # a zero divisor: numpy gives a / d (inf or nan) and fmod's nan
+    d_zero = b.fcmp_ordered("==", d, zero)
+    floor = b.select(d_zero, b.fdiv(a, d), floor)
+    return floor, mod
+
+
+def _divmod_op(which):
+    def emit(cg, e, a, d):
+        dt = e.args[0].dtype
+        if _kind(dt) == "float":
+            return _float_divmod(cg, dt, a, d)[which]
+        return _zero_guarded(cg, dt, d, lambda safe: _int_divmod(cg, dt, a, safe)[which])
+    return emit
+
+
+def _power(cg, e, a, b):
+    dt = e.dtype
+    if _kind(dt) == "float":
+        return cg.b.call(cg.intrinsic("pow", dt, 2), [a, b])
+    return cg.b.call(_ipow_function(cg, dt), [a, b])
+
+
+def _ipow_function(cg, dt):
+    """`iN tex.ipow.iN(iN base, iN exp)`: power by squaring, wrapping; exp < 0 gives 0."""
+    ty = value_type(dt)
+    name = f"tex.ipow.{_kind(dt)}{ty.width}"
+    fn = cg.module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = ir.Function(cg.module, ir.FunctionType(ty, [ty, ty]), name=name)
+    fn.linkage = "internal"
+    base, exp = fn.args
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    neg = b.icmp_signed("<", exp, ir.Constant(ty, 0)) if _kind(dt) == "int" else ir.Constant(I1, 0)
+    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    entry = b.block
+    b.branch(head)
+    b.position_at_end(head)
+    r, x, n = b.phi(ty), b.phi(ty), b.phi(ty)
+    r.add_incoming(ir.Constant(ty, 1), entry)
+    x.add_incoming(base, entry)
+    n.add_incoming(b.select(neg, ir.Constant(ty, 0), exp), entry)
+    b.cbranch(b.icmp_unsigned("!=", n, ir.Constant(ty, 0)), body, done)
+    b.position_at_end(body)
+    odd = b.trunc(n, I1)
+    r.add_incoming(b.select(odd, b.mul(r, x), r), body)
+    x.add_incoming(b.mul(x, x), body)
+    n.add_incoming(b.lshr(n, ir.Constant(ty, 1)), body)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret(b.select(neg, ir.Constant(ty, 0), r))
+    return fn
+
+
+def _unary_float(intrinsic):
+    def emit(cg, e, a):
+        return cg.b.call(cg.intrinsic(intrinsic, e.dtype, 1), [a])
+    return emit
+
+
+def _erf(cg, e, a):
+    """libm's erf/erff (half goes through float)."""
+    b, dt = cg.b, e.dtype
+    if dt == np.float16:
+        f32 = ir.FloatType()
+        r = b.call(cg._extern("erff", f32, [f32]), [b.fpext(a, f32)])
+        return b.fptrunc(r, value_type(dt))
+    name, ty = ("erff", ir.FloatType()) if dt == np.float32 else ("erf", ir.DoubleType())
+    return b.call(cg._extern(name, ty, [ty]), [a])
+
+
+def _negative(cg, e, a):
+    return cg.b.fneg(a) if _kind(e.dtype) == "float" else cg.b.neg(a)
+
+
+def _absolute(cg, e, a):
+    kind = _kind(e.dtype)
+    if kind == "float":
+        return cg.b.call(cg.intrinsic("fabs", e.dtype, 1), [a])
+    if kind == "int":
+        fn = cg._extern(f"llvm.abs.i{a.type.width}", a.type, [a.type, I1])
+        return cg.b.call(fn, [a, ir.Constant(I1, 0)])
+    return a
+
+
+def _invert(cg, e, a):
+    return cg.b.not_(a)
+
+
+def _minmax(float_name, int_name, uint_name, bool_op):
+    def emit(cg, e, a, b):
+        return combine_minmax(cg, e.dtype, a, b, float_name, int_name, uint_name, bool_op, ())
+    return emit
+
+
+def combine_minmax(cg, dt, a, b, float_name, int_name, uint_name, bool_op, fastmath):
+    kind = _kind(dt)
+    if kind == "bool":
+        return getattr(cg.b, bool_op)(a, b)
+    name = {"float": float_name, "int": int_name, "uint": uint_name}[kind]
+    return cg.b.call(cg.intrinsic(name, dt, 2), [a, b], fastmath=fastmath)
+
+
+def cast_value(cg, v, src, dst):
+    """numpy `astype` from src to dst (float -> int saturates instead of being undefined)."""
+    b, src, dst = cg.b, np.dtype(src), np.dtype(dst)
+    sk, dk, ty = _kind(src), _kind(dst), value_type(dst)
+    if src == dst:
+        return v
+    if dk == "bool":
+        if sk == "float":
+            return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
+        return b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
+    if sk == "bool":
+        return b.zext(v, ty) if dk != "float" else b.uitofp(v, ty)
+    if sk in ("int", "uint") and dk in ("int", "uint"):
+        if ty.width == v.type.width:
+            return v
+        if ty.width < v.type.width:
+            return b.trunc(v, ty)
+        return b.sext(v, ty) if sk == "int" else b.zext(v, ty)
+    if sk == "float" and dk == "float":
+        return b.fpext(v, ty) if src.itemsize < dst.itemsize else b.fptrunc(v, ty)
+    if sk == "int":
+        return b.sitofp(v, ty)
+    if sk == "uint":
+        return b.uitofp(v, ty)
+    name = "fptosi" if dk == "int" else "fptoui"
+    fn = cg._extern(f"llvm.{name}.sat.i{ty.width}.{_float_suffix(v.type)}", ty, [v.type])
+    return b.call(fn, [v])
+
+
+def _float_suffix(ty):
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
+
+
+def _cast(cg, e, a):
+    return cast_value(cg, a, e.args[0].dtype, e.dtype)
+
+
+def _logical(op):
+    def emit(cg, e, *args):
+        vals = [cast_value(cg, v, a.dtype, np.bool_) for v, a in zip(args, e.args)]
+        if op == "not":
+            return cg.b.not_(vals[0])
+        return getattr(cg.b, op)(*vals)
+    return emit
+
+
+OPS = {
+    "add": _binary("add", "fadd", "or_"),
+    "subtract": _binary("sub", "fsub", None),
+    "multiply": _binary("mul", "fmul", "and_"),
+    "true_divide": _binary(None, "fdiv", None),
+    "floor_divide": _divmod_op(0),
+    "remainder": _divmod_op(1),
+    "power": _power,
+    "negative": _negative,
+    "absolute": _absolute,
+    "invert": _invert,
+    "bitwise_and": _binary("and_", None, "and_"),
+    "bitwise_or": _binary("or_", None, "or_"),
+    "bitwise_xor": _binary("xor", None, "xor"),
+    "less": _compare("<"),
+    "less_equal": _compare("<="),
+    "greater": _compare(">"),
+    "greater_equal": _compare(">="),
+    "equal": _compare("=="),
+    "not_equal": _compare("!="),
+    "logical_and": _logical("and_"),
+    "logical_or": _logical("or_"),
+    "logical_not": _logical("not"),
+    "maximum": _minmax("maximum", "smax", "umax", "or_"),
+    "minimum": _minmax("minimum", "smin", "umin", "and_"),
+    "exp": _unary_float("exp"),
+    "log": _unary_float("log"),
+    "sqrt": _unary_float("sqrt"),
+    "tanh": _unary_float("tanh"),
+    "erf": _erf,
+    "cast": _cast,
+    "where": lambda cg, e, c, a, b: cg.b.select(c, a, b),
+}
+
+
+def _combine_arith(int_op, float_op, bool_op):
+    def emit(cg, dt, acc, x, fast):
+        kind = _kind(dt)
+        if kind == "bool":
+            return getattr(cg.b, bool_op)(acc, x)
+        if kind == "float":
+            v = getattr(cg.b, float_op)(acc, x)
+            if fast:
+                v.flags.extend(FAST)
+            return v
+        return getattr(cg.b, int_op)(acc, x)
+    return emit
+
+
+def _combine_minmax(float_name, int_name, uint_name, bool_op):
+    def emit(cg, dt, acc, x, fast):
+        return combine_minmax(cg, dt, acc, x, float_name, int_name, uint_name, bool_op,
+                              FAST if fast else ())
+    return emit
+
+
+COMBINE = {
+    "sum": _combine_arith("add", "fadd", "or_"),
+    "prod": _combine_arith("mul", "fmul", "and_"),
+    "max": _combine_minmax("maximum", "smax", "umax", "or_"),
+    "min": _combine_minmax("minimum", "smin", "umin", "and_"),
+}
+
+
+def _better(cg, dt, combiner, x, acc):
+    """argmax/argmin: does x replace the best so far? Ties keep the first; the first NaN
+    wins and stays (numpy's argmax)."""
+    b, kind = cg.b, _kind(dt)
+    op = ">" if combiner == "argmax" else "<"
+    if kind == "float":
+        strictly = b.fcmp_ordered(op, x, acc)
+        x_nan = b.fcmp_unordered("uno", x, x)
+        acc_num = b.fcmp_ordered("ord", acc, acc)
+        return b.or_(strictly, b.and_(x_nan, acc_num))
+    if kind == "int":
+        return b.icmp_signed(op, x, acc)
+    return b.icmp_unsigned(op, x, acc)
+
+
+__all__ = ["OPS", "COMBINE", "cast_value", "const", "I64"]

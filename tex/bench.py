@@ -1,0 +1,350 @@
+"""The benchmark harness behind `python -m tex bench`.
+
+The machines are shared and noisy, so every figure is a ratio against numpy measured in
+the same process and the same minutes: tex and numpy samples alternate (t, n, t, n, ...)
+for several rounds and the medians are compared. A sample runs enough calls to last at
+least `min_sample_s`, so that timer resolution and one-off hiccups do not dominate.
+
+A workload is a function registered with `@workload`; its name is the function's name and
+its docstring the description. It gets the `Options` and returns a `Result`, usually from
+`compare(tex_fn, numpy_fn, ...)`. Later issues add theirs the same way:
+
+    @workload
+    def rowsum_f32_4096x4096(opts):
+        "Row sums of a float32 matrix against a.sum(axis=1)."
+        ...
+        return compare(lambda: f(a), lambda: a.sum(axis=1), opts, unit="GB/s", work=a.nbytes)
+
+This module uses only tex's public API, as an outside user would.
+"""
+import contextlib
+import datetime
+import gc
+import itertools
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+import numpy as np
+
+import tex
+
+THROUGHPUT_UNITS = ("GFLOP/s", "GB/s")      # work / time / 1e9
+LATENCY_UNITS = {"ns/call": 1e9, "us/call": 1e6, "ms": 1e3}
+
+
+@dataclass
+class Options:
+    repeat: int = 7                 # interleaved rounds (or fresh processes) per workload
+    min_sample_s: float = 0.002     # each timed sample runs calls for at least this long
+
+
+@dataclass
+class Result:
+    """One workload's medians (seconds per call). `numpy_s` is None when numpy has no
+    counterpart (compile times); `work` is FLOPs or bytes per call for throughput units."""
+    unit: str
+    tex_s: float = None
+    numpy_s: float = None
+    work: float = None
+    extra: dict = field(default_factory=dict)
+    name: str = ""
+    error: str = None
+
+    @property
+    def ratio(self):
+        """numpy time / tex time: above 1 means tex is faster."""
+        if self.tex_s and self.numpy_s:
+            return self.numpy_s / self.tex_s
+        return None
+
+    def rate(self, seconds):
+        """`seconds` expressed in this result's unit."""
+        if seconds is None:
+            return None
+        if self.unit in THROUGHPUT_UNITS:
+            return self.work / seconds / 1e9
+        return seconds * LATENCY_UNITS[self.unit]
+
+    def as_dict(self):
+        d = asdict(self)
+        d.update(ratio=self.ratio, tex_rate=self.rate(self.tex_s),
+                 numpy_rate=self.rate(self.numpy_s))
+        return d
+
+
+WORKLOADS = {}
+
+
+def workload(fn):
+    """Register `fn(opts) -> Result` under its function name."""
+    WORKLOADS[fn.__name__] = fn
+    return fn
+
+
+# ---------------------------------------------------------------- timing
+
+@contextlib.contextmanager
+def _gc_paused():
+    # a collection inside one sample would be charged to whichever side it hit
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def time_per_call(fn, calls):
+    """Seconds per call of `fn()` over `calls` back-to-back calls."""
+    it = itertools.repeat(None, calls)
+    t0 = time.perf_counter()
+    for _ in it:
+        fn()
+    return (time.perf_counter() - t0) / calls
+
+
+def calls_per_sample(fn, min_sample_s):
+    """How many calls of `fn` make one sample last at least `min_sample_s`."""
+    calls = 1
+    while True:
+        per_call = time_per_call(fn, calls)
+        if per_call * calls >= min_sample_s:
+            return calls
+        calls = max(2 * calls, int(1.2 * min_sample_s / max(per_call, 1e-9)))
+
+
+def interleave(tex_fn, numpy_fn, rounds, min_sample_s=0.002):
+    """Median seconds per call of each, sampled alternately (t, n, t, n, ...)."""
+    n_tex = calls_per_sample(tex_fn, min_sample_s)
+    n_np = calls_per_sample(numpy_fn, min_sample_s)
+    tex_samples, np_samples = [], []
+    with _gc_paused():
+        for _ in range(rounds):
+            tex_samples.append(time_per_call(tex_fn, n_tex))
+            np_samples.append(time_per_call(numpy_fn, n_np))
+    return statistics.median(tex_samples), statistics.median(np_samples)
+
+
+def check_close(got, want):
+    """tex must give numpy's answer (dtype, shape, values) before it is timed: exact for
+    integers and bools, to a float tolerance scaled by the result's magnitude otherwise."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype:
+        raise AssertionError(f"dtype {got.dtype}, numpy gives {want.dtype}")
+    if want.dtype.kind in "fc":
+        rtol = 1e-4 if want.dtype.itemsize <= 4 else 1e-10
+        atol = rtol * float(np.max(np.abs(want), initial=0.0))
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def compare(tex_fn, numpy_fn, opts, *, unit, work=None, check=check_close):
+    """Check that tex_fn() matches numpy_fn() (the first calls also compile), then time both."""
+    check(tex_fn(), numpy_fn())
+    tex_s, numpy_s = interleave(tex_fn, numpy_fn, opts.repeat, opts.min_sample_s)
+    return Result(unit, tex_s, numpy_s, work)
+
+
+# ---------------------------------------------------------------- workloads
+
+def _rng():
+    return np.random.default_rng(0)
+
+
+@workload
+def call_overhead_einsum_i_i_8(opts):
+    """tex.einsum("i,i->") on 8-element float32 arrays (a cached kernel) vs numpy.einsum."""
+    x, y = _rng().standard_normal((2, 8), dtype=np.float32)
+    return compare(partial(tex.einsum, "i,i->", x, y), partial(np.einsum, "i,i->", x, y),
+                   opts, unit="ns/call")
+
+
+@workload
+def call_overhead_compiled_8(opts):
+    """A compiled dot product called as f(x=..., y=...) on 8 float32 elements vs numpy.einsum."""
+    n = tex.sizes("n")
+    i = tex.indices("i")
+    X, Y = tex.tensor("x", (n,), "float32"), tex.tensor("y", (n,), "float32")
+    f = tex.compile(tex.compute("dot", (), tex.sum(X[i] * Y[i], over=i)))
+    x, y = _rng().standard_normal((2, 8), dtype=np.float32)
+    return compare(partial(f, x=x, y=y), partial(np.einsum, "i,i->", x, y), opts,
+                   unit="ns/call")
+
+
+# The child times `import tex` (numpy already loaded) and the first einsum call, which
+# compiles the kernel or loads it from TEX_CACHE_DIR. 64x64 keeps the run itself negligible.
+_FIRST_CALL = """
+import time, numpy as np
+t0 = time.perf_counter()
+import tex
+t1 = time.perf_counter()
+a = np.ones((64, 64), np.float32)
+tex.einsum("ik,kj->ij", a, a)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def _fresh_process_first_call(cache_dir):
+    """(import seconds, first-call seconds) in a new interpreter using `cache_dir`."""
+    env = dict(os.environ, TEX_CACHE_DIR=cache_dir)
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"child process failed:\n{proc.stderr.strip()[-2000:]}")
+    import_s, first_s = map(float, proc.stdout.split()[-2:])
+    return import_s, first_s
+
+
+def _first_call_result(runs):
+    return Result("ms", tex_s=statistics.median(r[1] for r in runs),
+                  extra={"import_ms": 1e3 * statistics.median(r[0] for r in runs)})
+
+
+@workload
+def compile_cold_matmul_f32(opts):
+    """First tex.einsum("ik,kj->ij") float32 call in a new process with an empty kernel
+    cache: parsing, lowering, LLVM O3 and codegen. `import_ms` is `import tex` alone."""
+    runs = []
+    for _ in range(opts.repeat):
+        with tempfile.TemporaryDirectory(prefix="tex-bench-cache-") as cache:
+            runs.append(_fresh_process_first_call(cache))
+    return _first_call_result(runs)
+
+
+@workload
+def compile_warm_disk_matmul_f32(opts):
+    """The same first call in a new process whose kernel cache on disk already holds the
+    kernel (filled by one untimed process first)."""
+    with tempfile.TemporaryDirectory(prefix="tex-bench-cache-") as cache:
+        _fresh_process_first_call(cache)
+        runs = [_fresh_process_first_call(cache) for _ in range(opts.repeat)]
+    return _first_call_result(runs)
+
+
+@workload
+def matmul_f32_512_default(opts):
+    """C = A @ B in index notation, 512x512 float32, default schedule, vs numpy's BLAS."""
+    n = 512
+    M, N, K = tex.sizes("M N K")
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    f = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k)))
+    a, b = _rng().standard_normal((2, n, n), dtype=np.float32)
+    return compare(partial(f, a, b), partial(np.matmul, a, b), opts,
+                   unit="GFLOP/s", work=2 * n**3)
+
+
+def _rowsum(opts, shape, dtype, acc):
+    """Row sums of a `dtype` matrix accumulated in `acc` (None: numpy's default) vs a.sum(1)."""
+    R, C = tex.sizes("R C")
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (R, C), dtype)
+    f = tex.compile(tex.compute("S", (i,), tex.sum(X[i, j], over=j, dtype=acc)))
+    rng = _rng()
+    if np.dtype(dtype).kind == "f":
+        a = rng.random(shape, dtype=dtype)
+    else:
+        a = rng.integers(-128, 128, shape, dtype=dtype)
+    want_dtype = None if acc is None else np.dtype(acc)
+    return compare(partial(f, a), partial(a.sum, axis=1, dtype=want_dtype), opts,
+                   unit="GB/s", work=a.nbytes + shape[0] * np.dtype(acc or dtype).itemsize)
+
+
+@workload
+def rowsum_f32_4096x4096(opts):
+    """Row sums of a 4096x4096 float32 matrix (64 MiB) vs a.sum(axis=1)."""
+    return _rowsum(opts, (4096, 4096), "float32", None)
+
+
+@workload
+def rowsum_i8_4096x16384_i32(opts):
+    """Row sums of a 4096x16384 int8 matrix (64 MiB) into int32 vs a.sum(axis=1, dtype=int32)."""
+    return _rowsum(opts, (4096, 16384), "int8", "int32")
+
+
+# ---------------------------------------------------------------- running and reporting
+
+def select(substring=None):
+    """Workload names containing `substring` (all when None), in registration order."""
+    return [name for name in WORKLOADS if not substring or substring in name]
+
+
+def run(names, opts, report=print):
+    """Run the named workloads; a failing one is recorded with its error, not raised."""
+    results = []
+    report(_row(HEADER))
+    for name in names:
+        try:
+            result = WORKLOADS[name](opts)
+        except Exception as err:    # noqa: BLE001 - one broken workload must not hide the rest
+            result = Result("", error=f"{type(err).__name__}: {err}".strip())
+        result.name = name
+        results.append(result)
+        report(_row(_cells(result)))
+    return results
+
+
+def environment(opts):
+    """What the figures depend on, stored with them in the JSON file."""
+    import llvmlite
+    import llvmlite.binding as llvm
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "llvmlite": llvmlite.__version__,
+        "tex": tex.__version__,
+        "cpu": llvm.get_host_cpu_name(),
+        "cpus_available": len(os.sched_getaffinity(0)),
+        "threads_env": {k: os.environ.get(k) for k in
+                        ("TEX_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")},
+        "repeat": opts.repeat,
+        "min_sample_s": opts.min_sample_s,
+    }
+
+
+def write_json(path, results, opts):
+    with open(path, "w") as fh:
+        json.dump({"environment": environment(opts),
+                   "results": [r.as_dict() for r in results]}, fh, indent=2)
+        fh.write("\n")
+
+
+HEADER = ("workload", "tex", "numpy", "numpy/tex", "tex rate", "numpy rate", "notes")
+_WIDTHS = (30, 10, 10, 10, 16, 16, 0)
+
+
+def _row(cells):
+    return "  ".join(str(c).ljust(w) for c, w in zip(cells, _WIDTHS)).rstrip()
+
+
+def _cells(r):
+    if r.error:
+        return (r.name, "ERROR", "", "", "", "", r.error.splitlines()[0])
+    rates = ("", "")
+    if r.unit in THROUGHPUT_UNITS:
+        rates = tuple(f"{r.rate(s):.2f} {r.unit}" if s else "" for s in (r.tex_s, r.numpy_s))
+    notes = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
+                      for k, v in r.extra.items())
+    ratio = f"{r.ratio:.2f}x" if r.ratio else ""
+    return (r.name, format_seconds(r.tex_s), format_seconds(r.numpy_s), ratio, *rates, notes)
+
+
+def format_seconds(s):
+    if s is None:
+        return ""
+    for scale, unit in ((1e-6, "ns"), (1e-3, "us"), (1.0, "ms")):
+        if s < scale:
+            return f"{s / scale * 1e3:.3g} {unit}"
+    return f"{s:.3g} s"

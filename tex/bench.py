@@ -201,7 +201,9 @@ def _fresh_process_first_call(cache_dir):
     proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"child process failed:\n{proc.stderr.strip()[-2000:]}")
+        err = proc.stderr.strip()
+        raise RuntimeError(f"child process failed: {err.splitlines()[-1] if err else ''}"
+                           f"\n{err[-2000:]}")
     import_s, first_s = map(float, proc.stdout.split()[-2:])
     return import_s, first_s
 

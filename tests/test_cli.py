@@ -1,0 +1,91 @@
+"""Smoke tests of the command line, the benchmark harness and the README's example.
+
+Each command runs in a fresh interpreter, as a user would start it; they share one
+private kernel cache. Nothing here asserts on a time."""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tex import bench, cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path_factory.mktemp("kernel-cache")))
+
+    def run(*args, cwd=ROOT):
+        proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+    return run
+
+
+def test_einsum_prints_loop_nest_and_times(run):
+    out = run("-m", "tex", "einsum", "ij,jk->ik", "7x5", "5x3")
+    assert re.search(r"^\s*for \w+ in 0\.\.", out, re.M), out
+    assert "numpy.einsum" in out
+
+
+def test_einsum_show_prints_llvm_ir_for_a_scalar_operand(run):
+    out = run("-m", "tex", "einsum", ",i->i", "scalar", "4", "--show", "--dtype", "int32")
+    assert "define " in out
+
+
+def test_demo_passes(run):
+    out = run("-m", "tex", "demo")
+    assert out.count("PASS") == 3 and "FAIL" not in out, out
+
+
+def test_bench_writes_json(run, tmp_path):
+    path = tmp_path / "out.json"
+    run("-m", "tex", "bench", "--filter", "call_overhead", "--repeat", "3", "--json", str(path))
+    doc = json.loads(path.read_text())
+    names = [r["name"] for r in doc["results"]]
+    assert names == ["call_overhead_einsum_i_i_8", "call_overhead_compiled_8"]
+    for r in doc["results"]:
+        assert r["error"] is None and r["unit"] == "ns/call"
+        assert r["tex_s"] > 0 and r["numpy_s"] > 0 and r["ratio"] > 0
+    assert doc["environment"]["repeat"] == 3
+
+
+def test_quickstart_runs(run):
+    out = run(str(ROOT / "examples" / "quickstart.py"))
+    assert "all results match numpy" in out
+
+
+def test_readme_example_is_the_quickstart():
+    readme = (ROOT / "README.md").read_text()
+    example = re.search(r"```python\n(.*?)```", readme, re.S).group(1)
+    quickstart = (ROOT / "examples" / "quickstart.py").read_text()
+    assert quickstart.endswith(example)
+
+
+@pytest.mark.parametrize("text, shape", [("512x256", (512, 256)), ("7", (7,)),
+                                         ("", ()), ("scalar", ()), ("0x3", (0, 3))])
+def test_parse_shape(text, shape):
+    assert cli.parse_shape(text) == shape
+
+
+def test_bench_registry_has_the_issue_workloads():
+    assert set(bench.select()) >= {
+        "call_overhead_einsum_i_i_8", "call_overhead_compiled_8", "compile_cold_matmul_f32",
+        "compile_warm_disk_matmul_f32", "matmul_f32_512_default", "rowsum_f32_4096x4096",
+        "rowsum_i8_4096x16384_i32"}
+    assert bench.select("rowsum") == ["rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32"]
+
+
+def test_check_close_refuses_a_wrong_dtype_or_value():
+    bench.check_close(np.float32([1, 2]), np.float32([1, 2.00001]))
+    with pytest.raises(AssertionError):
+        bench.check_close(np.int64([1, 2]), np.int32([1, 2]))
+    with pytest.raises(AssertionError):
+        bench.check_close(np.int32([1, 2]), np.int32([1, 3]))

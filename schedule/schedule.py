@@ -1,28 +1,246 @@
-"""Schedules: the primitives applied to a program's loop nest, kept as a replayable list."""
+"""Schedules: `tex.schedule(out)`, its stages, loop handles and a replayable history.
+
+    s = tex.schedule(C)
+    io, ii = s[C].split(i, 64)
+    s[C].reorder(io, k, ii)
+    s[C].parallel(io)
+    print(s)                 # the loop nest after these steps
+    s.history                # [Split('C', 'i', 64, 'peel'), Reorder('C', ('io', 'k', 'ii')), ...]
+
+The user-facing methods are thin recorders: each resolves its loop arguments, calls a
+pure primitive (schedule/primitives.py) and appends a frozen step record. Replaying
+the records on a fresh schedule of the same program gives the same loop nest.
+"""
+import json
+from dataclasses import asdict, dataclass
+
+from tex.errors import ScheduleError
+from tex.expr import Index
 from tex.program import as_program
 
+from . import primitives as P
+from .ir import Kernel, LoopKind, Scope
 from .lower import lower
+from .printer import format_nest
+from .stage import initial_state, lower_stage
+
+
+# ---------------------------------------------------------------- step records
+
+@dataclass(frozen=True)
+class Split:
+    stage: str
+    loop: str
+    factor: int
+    tail: str = "peel"
+
+
+@dataclass(frozen=True)
+class Reorder:
+    stage: str
+    loops: tuple
+
+
+@dataclass(frozen=True)
+class SetKind:
+    stage: str
+    loop: str
+    kind: str
+
+
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SetKind)}
+
+
+class LoopHandle:
+    """A loop of one stage of one schedule: `.name`, `.is_reduction`."""
+    __slots__ = ("stage", "var")
+
+    def __init__(self, stage, var):
+        self.stage, self.var = stage, var
+
+    @property
+    def name(self):
+        return self.var.name
+
+    @property
+    def is_reduction(self):
+        axis = self.stage.state.axis(self.var)
+        return bool(axis and axis.reduction)
+
+    @property
+    def kind(self):
+        axis = self.stage.state.axis(self.var)
+        return axis.kind.value if axis else None
+
+    def __repr__(self):
+        red = ", reduction" if self.is_reduction else ""
+        return f"<loop {self.name} of {self.stage.name}{red}>"
+
+
+class StageHandle:
+    """`s[C]`: the schedule of one definition."""
+
+    def __init__(self, sched, defn):
+        self.sched, self.definition = sched, defn
+        self.name = defn.name
+        self.origin = {}           # user's tex.indices object -> this stage's loop variable
+
+    @property
+    def state(self):
+        return self.sched._states[self.definition]
+
+    @state.setter
+    def state(self, value):
+        self.sched._states[self.definition] = value
+
+    @property
+    def loops(self):
+        return [LoopHandle(self, a.var) for a in self.state.axes]
+
+    def _var(self, prim, loop):
+        """A loop argument -> this stage's loop variable (refusing other stages' loops)."""
+        if isinstance(loop, LoopHandle):
+            if loop.stage is not self:
+                raise ScheduleError(f"{prim}: loop {loop.name} belongs to stage "
+                                    f"{loop.stage.name} of "
+                                    f"{'another schedule' if loop.stage.sched is not self.sched else 'this schedule'}"
+                                    f", not to stage {self.name}")
+            var = loop.var
+        elif isinstance(loop, Index):
+            var = self.state.subst.get(loop)
+            if var is None or self.state.axis(var) is None:
+                raise ScheduleError(f"{prim}: index {loop.name} is not a loop of stage "
+                                    f"{self.name} (already split, or not one of its indices)")
+        elif isinstance(loop, str):
+            matches = [a.var for a in self.state.axes if a.name == loop]
+            if not matches:
+                names = ", ".join(a.name for a in self.state.axes)
+                raise ScheduleError(f"{prim}: stage {self.name} has no loop named {loop!r} "
+                                    f"(loops: {names})")
+            var = matches[0]
+        else:
+            raise ScheduleError(f"{prim}: {loop!r} is not a loop handle, index or name")
+        if self.state.axis(var) is None:
+            raise ScheduleError(f"{prim}: loop {var.name} is no longer a loop of stage "
+                                f"{self.name} (it was split)")
+        return var
+
+    # ------------------------------------------------------------ primitives
+    def split(self, loop, factor, tail="peel"):
+        var = self._var("split", loop)
+        name = var.name
+        self.state, outer, inner = P.split(self.state, var, factor, P.Tail.parse(tail))
+        self.sched._record(Split(self.name, name, factor, P.Tail.parse(tail).value))
+        return LoopHandle(self, outer), LoopHandle(self, inner)
+
+    def tile(self, *loops_and_factors, tail="peel"):
+        """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
+        pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
+        outs, ins = [], []
+        for loop, factor in pairs:
+            o, i = self.split(loop, factor, tail)
+            outs.append(o)
+            ins.append(i)
+        self.reorder(*outs, *ins)
+        return tuple(outs + ins)
+
+    def reorder(self, *loops):
+        vars_ = [self._var("reorder", x) for x in loops]
+        self.state = P.reorder(self.state, vars_)
+        self.sched._record(Reorder(self.name, tuple(v.name for v in vars_)))
+
+    def _kind(self, loop, kind):
+        var = self._var(kind.value, loop)
+        self.state = P.set_kind(self.state, var, kind)
+        self.sched._record(SetKind(self.name, var.name, kind.value))
+
+    def parallel(self, loop):
+        self._kind(loop, LoopKind.PARALLEL)
+
+    def vectorize(self, loop):
+        self._kind(loop, LoopKind.VECTOR)
+
+    def unroll(self, loop):
+        self._kind(loop, LoopKind.UNROLLED)
+
+    def __str__(self):
+        return format_nest(lower_stage(self.state, self.sched._buffers()))
 
 
 class Schedule:
-    """The loop nest of a program and the primitives applied to it."""
+    """The schedule of every definition a program's outputs read."""
 
-    def __init__(self, program):
-        self.program = as_program(program)
-        self.lowered = lower(self.program)
+    def __init__(self, out, fast_math=True):
+        self.program = as_program(out)
+        self._lowered = lower(self.program)
+        self.fast_math = fast_math
+        self._states = {d: initial_state(d, fast_math) for d in self.program.definitions}
+        self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
         self.history = []
 
-    def kernel(self, fast_math=True):
-        return self.lowered.kernel
+    def __getitem__(self, defn):
+        if isinstance(defn, str):
+            defn = self.program.tensor(defn)
+        if defn not in self._stages:
+            name = getattr(defn, "name", defn)
+            raise ScheduleError(f"{name} is not a definition of this schedule's program")
+        return self._stages[defn]
+
+    @property
+    def stages(self):
+        return [self._stages[d] for d in self.program.definitions]
+
+    def _record(self, step):
+        self.history.append(step)
+
+    def _buffers(self):
+        return self._lowered.buffers
+
+    def kernel(self, fast_math=None):
+        """The scheduled loop nest (tex.scheduler.ir.Kernel)."""
+        base = self._lowered.kernel
+        buffers = self._buffers()
+        body = tuple(lower_stage(self._states[d], buffers) for d in self.program.definitions)
+        return Kernel(body, base.inputs, base.outputs, base.sizes, base.params, base.bindings)
+
+    def auto(self):
+        from .auto import auto_schedule
+        auto_schedule(self)
+        return self
 
     def __str__(self):
-        from .printer import format_nest
-        return format_nest(self.lowered.kernel)
+        return format_nest(self.kernel())
+
+    __repr__ = __str__
+
+    # ------------------------------------------------------------ history
+    def history_json(self):
+        return json.dumps([{"step": type(s).__name__, **asdict(s)} for s in self.history])
+
+    def replay(self, steps):
+        """Apply step records (or their JSON) to this schedule, resolving loops by name."""
+        if isinstance(steps, str):
+            steps = [STEPS[d.pop("step")](**d) for d in json.loads(steps)]
+        for st in steps:
+            stage = self[st.stage]
+            if isinstance(st, Split):
+                stage.split(st.loop, st.factor, st.tail)
+            elif isinstance(st, Reorder):
+                stage.reorder(*st.loops)
+            elif isinstance(st, SetKind):
+                stage._kind(st.loop, LoopKind(st.kind))
+        return self
+
+    @property
+    def buffers(self):
+        return [b for b in self._buffers().values() if b.scope is Scope.TEMP]
 
 
-def schedule(out):
-    return Schedule(out)
+def schedule(out, fast_math=True):
+    """`tex.schedule(out)`: a schedule over the whole DAG that `out` reads."""
+    return Schedule(out, fast_math)
 
 
-def default_schedule(program):
-    return Schedule(program)
+def default_schedule(program, fast_math=True):
+    """What `tex.compile(out)` uses: the built-in heuristics."""
+    return Schedule(program, fast_math).auto()

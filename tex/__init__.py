@@ -12,7 +12,7 @@ from .tensor import Definition, Tensor, compute, tensor
 from .program import Program
 
 from .scheduler.schedule import Schedule, schedule
-from .backends.llvm.runtime import compile
+from .backends.llvm.runtime import compile, get_num_threads, set_num_threads
 from .einsum import einsum, einsum_program
 
 __version__ = "0.1.0"
@@ -22,5 +22,5 @@ __all__ = [
     "Schedule", "abs", "argmax", "argmin", "cast", "compile", "compute", "einsum",
     "einsum_program", "erf", "exp", "gelu", "indices", "log", "max", "maximum", "min",
     "minimum", "param", "prod", "relu", "schedule", "sigmoid", "sizes", "sqrt", "sum",
-    "tanh", "tensor", "where", "dtypes_supported",
+    "tanh", "tensor", "where", "dtypes_supported", "get_num_threads", "set_num_threads",
 ]

@@ -27,6 +27,8 @@ PTR = ir.PointerType()
 ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
 FAST = ("reassoc", "contract", "nsz")
 STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM = 0, 1, 2
+NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to use
+PARALLEL_MIN_WORK = 1 << 15              # fewer inner iterations than this run on one thread
 
 
 def value_type(dt):
@@ -56,7 +58,7 @@ class Codegen:
     def build(self):
         body_fn = self._body_function()
         arrays = list(self.kernel.inputs) + list(self.kernel.outputs)
-        fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * len(self.kernel.params))
+        fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * (len(self.kernel.params) + 1))
         fn = ir.Function(self.module, fnty, name=self.name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         bad = fn.append_basic_block("misaligned")
@@ -101,7 +103,7 @@ class Codegen:
         arrays = list(k.inputs) + list(k.outputs)
         n_strides = sum(buf.ndim for buf in arrays)
         fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * n_strides
-                               + [I64] * (len(k.sizes) + len(k.params)))
+                               + [I64] * (len(k.sizes) + len(k.params) + 1))
         fn = ir.Function(self.module, fnty, name=f"{self.name}.body")
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
@@ -119,7 +121,7 @@ class Codegen:
         data = [next(args) for _ in arrays]
         for buf, ptr in zip(arrays, data):
             self.memory[buf] = (ptr, [next(args) for _ in range(buf.ndim)])
-        for s in list(k.sizes) + list(k.params):
+        for s in list(k.sizes) + list(k.params) + [NTHREADS]:
             self.env[s] = next(args)
         self.fail_block = fn.append_basic_block("nomem")
         self.temps = []          # stack slots holding heap pointers (null until allocated)
@@ -206,9 +208,14 @@ class Codegen:
             raise NotImplementedError(f"codegen: {type(s).__name__}")
 
     def _loop(self, loop):
-        b = self.b
+        if loop.kind is LoopKind.PARALLEL:
+            return self._parallel_loop(loop)
         start = self.index(loop.start)
-        end = b.add(start, self.index(loop.extent))
+        end = self.b.add(start, self.index(loop.extent))
+        self._serial_loop(loop, start, end)
+
+    def _serial_loop(self, loop, start, end):
+        b = self.b
         pre = b.block
         head = self.fn.append_basic_block(f"{loop.var.name}.head")
         body = self.fn.append_basic_block(f"{loop.var.name}.body")
@@ -232,6 +239,91 @@ class Codegen:
         b.position_at_end(done)
         del self.env[loop.var]
 
+    # ------------------------------------------------------------ threads
+    def _parallel_loop(self, loop):
+        """Outline the loop into `void fn(ptr ctx)`, run it on libgomp's team (GOMP_parallel,
+        each thread a contiguous chunk), or call it directly when the work is small."""
+        b = self.b
+        start = self.index(loop.start)
+        extent = self.index(loop.extent)
+        work = extent
+        inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
+        for n in walk(loop):
+            if isinstance(n, Loop) and n is not loop:
+                work = b.mul(work, self.index(sp.sympify(n.extent).xreplace(inner_vars)))
+        syms = list(self.env.items())
+        bufs = list(self.memory.items())
+        status = self.eb.alloca(I32, name="par.status")
+        ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts]
+        ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
+        ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
+        ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
+        for n, v in enumerate(ptrs):
+            b.store(v, b.gep(ctx, [ir.Constant(I64, n)], source_etype=PTR))
+        for n, v in enumerate(ints):
+            b.store(v, b.gep(ctx_i, [ir.Constant(I64, n)], source_etype=I64))
+        b.store(ir.Constant(I32, 0), status)
+        fn = self._outlined(loop, bufs, syms)
+        threads = self.env[NTHREADS]
+        big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
+                     b.icmp_signed(">", threads, ir.Constant(I64, 1)))
+        with b.if_else(big) as (then, otherwise):
+            with then:
+                gomp = self._extern("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+                b.call(gomp, [fn, ctx, b.trunc(threads, I32), ir.Constant(I32, 0)])
+            with otherwise:
+                b.call(fn, [ctx])
+        ok = self.fn.append_basic_block("par.ok")
+        b.cbranch(b.icmp_signed("!=", b.load(status, typ=I32), ir.Constant(I32, 0)),
+                  self.fail_block, ok)
+        b.position_at_end(ok)
+
+    def _outlined(self, loop, bufs, syms):
+        saved = (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps)
+        n = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.par"))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+                         name=f"{self.name}.par{n}")
+        fn.linkage = "internal"
+        self.fn = fn
+        entry, begin = fn.append_basic_block("entry"), fn.append_basic_block("start")
+        self.eb, self.b = ir.IRBuilder(entry), ir.IRBuilder(begin)
+        b, ctx = self.b, fn.args[0]
+
+        def load(base, k, ty):
+            return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
+        ctx_i, status = load(ctx, 0, PTR), load(ctx, 1, PTR)
+        ints = iter(load(ctx_i, k, I64) for k in range(len(syms) + 2 + sum(
+            len(sts) for _, (_, sts) in bufs)))
+        self.env = {sym: next(ints) for sym, _ in syms}
+        start, extent = next(ints), next(ints)
+        self.memory = {}
+        for k, (buf, (_, sts)) in enumerate(bufs):
+            self.memory[buf] = (load(ctx, k + 2, PTR), [next(ints) for _ in sts])
+        self.temps = []
+        self.fail_block = fn.append_basic_block("nomem")
+        outside = _buffers_outside(self.kernel, loop)
+        from ...scheduler.ir import buffers_of
+        for buf in buffers_of(loop):
+            if buf.scope is Scope.LOCAL and buf not in outside:
+                self._alloca(buf)                 # private to each thread
+        tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
+        nt = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
+        lo = b.mul(tid, chunk)
+        hi = b.add(lo, chunk)
+        hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
+        lo = b.select(b.icmp_signed("<", lo, hi), lo, hi)
+        self._serial_loop(loop, b.add(start, lo), b.add(start, hi))
+        self._free_temps()
+        b.ret_void()
+        b.position_at_end(self.fail_block)
+        self._free_temps()
+        b.store(ir.Constant(I32, STATUS_NOMEM), status)
+        b.ret_void()
+        self.eb.branch(begin)
+        (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps) = saved
+        return fn
+
     def _loop_metadata(self, loop):
         if loop.kind is LoopKind.UNROLLED:
             hint = self.module.add_metadata([ir.MetaDataString(self.module,
@@ -254,10 +346,10 @@ class Codegen:
                         s.buffer.dtype)
             return
         pos_ptr = self.address(s.arg.buffer, s.arg.index)
-        better = _better(self, s.buffer.dtype, s.combiner, x, acc)
+        pos, acc_pos = self.value(s.arg.position), self._load(pos_ptr, np.int64)
+        better = _better(self, s.buffer.dtype, s.combiner, x, acc, pos, acc_pos)
         self._store(ptr, b.select(better, x, acc), s.buffer.dtype)
-        pos = b.select(better, self.value(s.arg.position), self._load(pos_ptr, np.int64))
-        self._store(pos_ptr, pos, np.int64)
+        self._store(pos_ptr, b.select(better, pos, acc_pos), np.int64)
 
     # ------------------------------------------------------------ memory
     def address(self, buf, index):
@@ -362,6 +454,21 @@ def _self_referential(module, *hints):
     md = module.add_metadata([None, *hints])
     md.operands = (md, *hints)
     return md
+
+
+def _buffers_outside(kernel, loop):
+    """Buffers used by statements of the kernel that are not inside `loop`."""
+    from ...scheduler.ir import Store, Update, buffers_of
+    out = set()
+    stack = [kernel]
+    while stack:
+        n = stack.pop()
+        if n is loop:
+            continue
+        if isinstance(n, (Store, Update)):
+            out.update(buffers_of(n))
+        stack.extend(getattr(n, "body", ()))
+    return out
 
 
 def _kernel_buffers(kernel):

@@ -43,6 +43,9 @@ class Host:
         self.machine = target.create_target_machine(cpu=self.cpu, features=self.features,
                                                     opt=3, codemodel="jitdefault")
         self.datalayout = str(self.machine.target_data)
+        # libgomp reads its wait policy when it loads: idle workers must sleep, not spin,
+        # or they steal the cores of numpy's BLAS threads between our calls
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         for lib in ("gomp", "m"):
             path = ctypes.util.find_library(lib)
             if path:

@@ -123,12 +123,13 @@ def _ipow_function(cg, dt):
     neg = b.icmp_signed("<", exp, ir.Constant(ty, 0)) if _kind(dt) == "int" else ir.Constant(I1, 0)
     head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
     entry = b.block
+    n0 = b.select(neg, ir.Constant(ty, 0), exp)     # in entry: it must dominate the phi
     b.branch(head)
     b.position_at_end(head)
     r, x, n = b.phi(ty), b.phi(ty), b.phi(ty)
     r.add_incoming(ir.Constant(ty, 1), entry)
     x.add_incoming(base, entry)
-    n.add_incoming(b.select(neg, ir.Constant(ty, 0), exp), entry)
+    n.add_incoming(n0, entry)
     b.cbranch(b.icmp_unsigned("!=", n, ir.Constant(ty, 0)), body, done)
     b.position_at_end(body)
     odd = b.trunc(n, I1)
@@ -300,19 +301,24 @@ COMBINE = {
 }
 
 
-def _better(cg, dt, combiner, x, acc):
-    """argmax/argmin: does x replace the best so far? Ties keep the first; the first NaN
-    wins and stays (numpy's argmax)."""
+def _better(cg, dt, combiner, x, acc, pos, acc_pos):
+    """argmax/argmin: does (x, pos) replace the best (acc, acc_pos)? Equal values keep the
+    smaller position and the NaN with the smallest position wins (numpy's argmax), so the
+    answer does not depend on the order the reduction visits positions in."""
     b, kind = cg.b, _kind(dt)
     op = ">" if combiner == "argmax" else "<"
+    earlier = b.icmp_signed("<", pos, acc_pos)
     if kind == "float":
         strictly = b.fcmp_ordered(op, x, acc)
+        tie = b.and_(b.fcmp_ordered("==", x, acc), earlier)
         x_nan = b.fcmp_unordered("uno", x, x)
-        acc_num = b.fcmp_ordered("ord", acc, acc)
-        return b.or_(strictly, b.and_(x_nan, acc_num))
-    if kind == "int":
-        return b.icmp_signed(op, x, acc)
-    return b.icmp_unsigned(op, x, acc)
+        acc_nan = b.fcmp_unordered("uno", acc, acc)
+        nan_wins = b.and_(x_nan, b.or_(b.not_(acc_nan), earlier))
+        return b.or_(b.or_(strictly, tie), nan_wins)
+    signed = kind == "int"
+    cmp = b.icmp_signed if signed else b.icmp_unsigned
+    tie = b.and_(b.icmp_unsigned("==", x, acc), earlier)
+    return b.or_(cmp(op, x, acc), tie)
 
 
 __all__ = ["OPS", "COMBINE", "cast_value", "const", "I64"]

@@ -13,6 +13,7 @@ import builtins
 import ctypes
 import itertools
 import operator
+import os
 import re
 
 import numpy as np
@@ -29,11 +30,39 @@ from . import codegen, jit
 _counter = itertools.count()
 
 
+def _default_threads():
+    env = os.environ.get("TEX_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ValueError(f"TEX_NUM_THREADS must be an integer, got {env!r}") from None
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+_NUM_THREADS = [_default_threads()]     # read by every generated call path
+
+
+def set_num_threads(n):
+    """Threads for parallel loops from now on (default: TEX_NUM_THREADS, else the CPUs
+    this process may use)."""
+    _NUM_THREADS[0] = max(1, int(n))
+
+
+def get_num_threads():
+    return _NUM_THREADS[0]
+
+
 def compile(target, fast_math=True, name=None):
     """Compile a schedule, a definition, a tuple of definitions or a Program."""
     from ...scheduler.schedule import Schedule, default_schedule
-    sched = target if isinstance(target, Schedule) else default_schedule(as_program(target))
-    kernel = sched.kernel(fast_math=fast_math)
+    if not isinstance(target, Schedule):
+        sched = default_schedule(as_program(target), fast_math)
+    elif target.fast_math and not fast_math:
+        sched = Schedule(target.program, fast_math=False).replay(target.history)
+    else:
+        sched = target
+    kernel = sched.kernel()
     program = sched.program
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     module = codegen.build(kernel, symbol, fast_math)
@@ -52,7 +81,7 @@ class CompiledFunction:
         self._engine = engine
         n_arrays = len(kernel.inputs) + len(kernel.outputs)
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                  + [ctypes.c_int64] * len(kernel.params)))
+                                                  + [ctypes.c_int64] * (len(kernel.params) + 1)))
         self._cfunc = proto(address)
         self._asm = None
         self.input_names = tuple(t.name for t in program.inputs)
@@ -131,7 +160,8 @@ def _make_caller(cf):
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": cf._cfunc,
          "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
-         "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error}
+         "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error,
+         "_nt": _NUM_THREADS}
     L = []
     kw = [f"{p}=None" for p in cf.param_names] + ["out=None"]
     L.append(f"def call({', '.join(argnames)}{', ' if argnames else ''}*, {', '.join(kw)}):")
@@ -182,7 +212,7 @@ def _make_caller(cf):
         shape = "(" + "".join(pyexpr(d, names) + ", " for d in o.shape) + ")"
         outs.append((f"_o{n}", shape))
     arrays = ", ".join(argnames + [o for o, _ in outs])
-    params = "".join(f", {names[p]}" for p in program.params)
+    params = "".join(f", {names[p]}" for p in program.params) + ", _nt[0]"
     L.append("    if out is None:")
     for n, (o, shape) in enumerate(outs):
         L.append(f"        {o} = _empty({shape}, _odt{n})")

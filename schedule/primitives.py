@@ -1,0 +1,159 @@
+"""Schedule primitives: pure functions `StageState -> StageState` with legality checks.
+
+Each raises `ScheduleError` naming the primitive, the stage, the loop and the reason.
+"""
+import enum
+
+import sympy as sp
+
+from tex.errors import ScheduleError
+from tex.expr import Index
+
+from .ir import LoopKind
+from .stage import Axis
+
+# combiners whose partial results may be combined in any order without changing a bit
+_EXACT_ANY_ORDER = {"max", "min", "argmax", "argmin"}
+
+
+class Tail(enum.Enum):
+    """What a split does when the factor does not divide the extent.
+    GUARD: the inner loop runs the full factor and a guard skips the tail iterations.
+    PEEL: the last outer iteration runs a shorter inner loop (extent Min(T, E - o*T)),
+          so no guard sits in the loop body."""
+    GUARD = "guard"
+    PEEL = "peel"
+
+    @classmethod
+    def parse(cls, value):
+        try:
+            return value if isinstance(value, cls) else cls(value)
+        except ValueError:
+            valid = ", ".join(repr(t.value) for t in cls)
+            raise ScheduleError(f"split: tail={value!r} is not one of {valid}") from None
+
+
+def show(e):
+    """An index expression with loop variables under their display names."""
+    e = sp.sympify(e)
+    return str(e.xreplace({v: sp.Symbol(v.name) for v in e.free_symbols if isinstance(v, Index)}))
+
+
+def _fail(prim, state, msg):
+    raise ScheduleError(f"{prim}: in stage {state.definition.name}, {msg}")
+
+
+def _require(prim, state, var):
+    axis = state.axis(var)
+    if axis is None:
+        _fail(prim, state, f"loop {getattr(var, 'name', var)} is not a loop of this stage")
+    return axis
+
+
+def fresh_name(state, base):
+    used = {a.name for a in state.axes}
+    name, k = base, 1
+    while name in used:
+        name, k = f"{base}{k}", k + 1
+    return name
+
+
+def split(state, var, factor, tail=Tail.PEEL):
+    """Split loop `var` by `factor`.
+
+    rewrite:  for x in 0..E: s(x)
+           -> for xo in 0..ceil(E/T): for xi in 0..T': s(xo*T + xi)
+       with T' = T and a guard `xo*T + xi < E` (tail=guard), or T' = Min(T, E - xo*T) (peel).
+    requires: an integer factor >= 1; any extent (symbolic, not divisible) works.
+    """
+    axis = _require("split", state, var)
+    tail = Tail.parse(tail)
+    if isinstance(factor, bool) or not isinstance(factor, int):
+        _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
+    if factor < 1:
+        _fail("split", state, f"loop {axis.name}: factor must be >= 1, got {factor}")
+    E, T = axis.extent, sp.Integer(factor)
+    outer = Index(fresh_name(state, axis.name + "o"))
+    inner = Index(fresh_name(state, axis.name + "i"))
+    divisible = E.is_Integer and int(E) % factor == 0
+    guards = state.guards
+    if divisible:
+        inner_ext = T
+    elif tail is Tail.GUARD:
+        inner_ext = T
+        guards = guards + (sp.StrictLessThan(outer * T + inner, E),)
+    else:
+        inner_ext = sp.Min(T, E - outer * T)
+    new_axes = []
+    for a in state.axes:
+        if a is axis:
+            new_axes += [Axis(outer, sp.ceiling(E / T), a.reduction),
+                         Axis(inner, inner_ext, a.reduction)]
+        else:
+            new_axes.append(a)
+    old = axis.var
+    subst = {x: e.xreplace({old: outer * T + inner}) for x, e in state.subst.items()}
+    guards = tuple(g.xreplace({old: outer * T + inner}) for g in guards)
+    new_axes = [Axis(a.var, sp.sympify(a.extent).xreplace({old: outer * T + inner}),
+                     a.reduction, a.kind) for a in new_axes]
+    return state.with_axes(new_axes, subst=subst, guards=guards), outer, inner
+
+
+def reorder(state, vars_):
+    """Put the named loops in the given order, in the positions they occupy now.
+
+    requires: loops of this stage, each once; an extent may only depend on loops
+    outside it; reduction loops keep their relative order unless the combiner may be
+    reassociated (integers, max/min/argmax/argmin, or floats with fast_math).
+    """
+    axes = [_require("reorder", state, v) for v in vars_]
+    if len({id(a) for a in axes}) != len(axes):
+        _fail("reorder", state, "a loop appears twice")
+    slots = [n for n, a in enumerate(state.axes) if a in axes]
+    new = list(state.axes)
+    for slot, a in zip(slots, axes):
+        new[slot] = a
+    _check_extents("reorder", state, new)
+    old_red = [a for a in state.axes if a.reduction]
+    new_red = [a for a in new if a.reduction]
+    if old_red != new_red:
+        red = state.reduction
+        exact = red.combiner in _EXACT_ANY_ORDER or red.body.dtype.kind != "f" \
+            and red.dtype.kind != "f"
+        if not exact and not state.fast_math:
+            moved = next(a for a, b in zip(new_red, old_red) if a is not b)
+            _fail("reorder", state, f"loop {moved.name} cannot move across another reduction "
+                  f"loop: combiner '{red.combiner}' on {red.dtype} would be reassociated and "
+                  "fast_math is off")
+    return state.with_axes(new)
+
+
+def _check_extents(prim, state, axes):
+    seen = set()
+    for a in axes:
+        deps = sp.sympify(a.extent).free_symbols & {b.var for b in state.axes}
+        if not deps <= seen:
+            bad = ", ".join(sorted(v.name for v in deps - seen))
+            _fail(prim, state, f"loop {a.name} has extent {show(a.extent)}, which depends on loop "
+                  f"{bad}; it must stay inside it")
+        seen.add(a.var)
+
+
+def set_kind(state, var, kind):
+    """parallel / vectorize / unroll a loop, with each kind's legality rule."""
+    prim = {LoopKind.PARALLEL: "parallel", LoopKind.VECTOR: "vectorize",
+            LoopKind.UNROLLED: "unroll", LoopKind.SERIAL: "serial"}[kind]
+    axis = _require(prim, state, var)
+    red = state.reduction
+    if kind is LoopKind.PARALLEL and axis.reduction:
+        _fail(prim, state, f"loop {axis.name} is a reduction loop: threads would race on the "
+              "accumulator; use split_k to split a reduction across threads")
+    if kind is LoopKind.VECTOR:
+        if axis is not state.axes[-1]:
+            _fail(prim, state, f"loop {axis.name} is not the innermost loop")
+        if axis.reduction and red.dtype.kind == "f" and red.combiner in ("sum", "prod") \
+                and not state.fast_math:
+            _fail(prim, state, f"loop {axis.name} carries the '{red.combiner}' dependence on "
+                  f"{red.dtype}; vectorizing it reassociates the sum, and fast_math is off")
+    new = [Axis(a.var, a.extent, a.reduction, kind) if a is axis else a for a in state.axes]
+    return state.with_axes(new)

@@ -1,0 +1,156 @@
+"""A stage's schedule as data, and its lowering to loops (Halide's approach).
+
+A `StageState` records, for one definition, its current loops (outermost first), how
+each original index is rebuilt from them (`i = io*64 + ii` after a split), and the
+guards that tails need. Primitives are pure functions `StageState -> StageState`
+(schedule/primitives.py); `lower_stage` turns the final state into a Stage of the
+loop-nest IR. Keeping the state, not the nest, is what lets a reduction move inside
+or outside output loops freely: lowering places the accumulator's initialisation and
+write-back around the outermost reduction loop, and gives the accumulator one
+dimension for every output loop nested inside it:
+
+    for i in 0..M:                        order (i, k, j) of C = sum_k A[i,k] * B[k,j]
+      for j in 0..N:
+        C[i, j] = 0.0
+      for k in 0..K:  # reduction
+        for j in 0..N:
+          C[i, j] += A[i, k] * B[k, j]
+"""
+from dataclasses import dataclass, replace
+
+import numpy as np
+import sympy as sp
+
+from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
+
+from .ir import ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store, Update
+from .lower import identity
+
+
+@dataclass(frozen=True, eq=False)
+class Axis:
+    """One loop of a stage: a unique variable, its extent, whether it reduces, its kind."""
+    var: Index
+    extent: sp.Expr
+    reduction: bool
+    kind: LoopKind = LoopKind.SERIAL
+
+    @property
+    def name(self):
+        return self.var.name
+
+
+@dataclass(frozen=True, eq=False)
+class StageState:
+    definition: object
+    axes: tuple                 # current loops, outermost first
+    subst: dict                 # original Index -> expression in loop variables
+    guards: tuple = ()          # conditions every statement of the stage needs
+    fast_math: bool = True
+
+    def axis(self, var):
+        for a in self.axes:
+            if a.var is var:
+                return a
+        return None
+
+    def with_axes(self, axes, **changes):
+        return replace(self, axes=tuple(axes), **changes)
+
+    @property
+    def reduction(self):
+        return self.definition.reduction
+
+
+def initial_state(defn, fast_math=True):
+    """The default order: output indices, then reduced indices, each over its extent."""
+    fresh = {x: Index(x.name) for x in defn.extents}
+    red = defn.reduction
+    over = red.over if red is not None else ()
+    axes = [Axis(fresh[x], defn.extents[x], False) for x in defn.indices]
+    axes += [Axis(fresh[x], defn.extents[x], True) for x in over]
+    subst = {x: fresh[x] for x in defn.extents}
+    fm = fast_math and (red.fast_math if red is not None else True)
+    return StageState(defn, tuple(axes), subst, (), fm)
+
+
+def _retarget(expr, buffers, subst):
+    def fn(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access):
+            return Access(buffers[node.tensor], [sp.sympify(ix).xreplace(subst)
+                                                 for ix in node.index])
+        if isinstance(node, IndexValue):
+            return IndexValue(node.expr.xreplace(subst))
+        return node
+    return rebuild(expr, fn)
+
+
+def _nest(axes, body, guards=()):
+    body = tuple(body)
+    if guards:
+        cond = sp.And(*guards)
+        if cond is not sp.true:
+            body = (Guard(cond, body),)
+    for a in reversed(axes):
+        body = (Loop(a.var, a.extent, body, a.kind, reduction=a.reduction),)
+    return body
+
+
+def _guards_for(state, axes):
+    """The guards whose variables all belong to `axes` or to loops outside them."""
+    inside = {a.var for a in axes}
+    outer = set()
+    for a in state.axes:
+        if a.var in inside:
+            break
+        outer.add(a.var)
+    ok = inside | outer
+    return [g for g in state.guards if g.free_symbols & set(state_vars(state)) <= ok]
+
+
+def state_vars(state):
+    return [a.var for a in state.axes]
+
+
+def lower_stage(state, buffers):
+    """StageState -> Stage (loop-nest IR)."""
+    d = state.definition
+    out_buf = buffers[d]
+    out_index = tuple(state.subst[x] for x in d.indices)
+    red = d.reduction
+    if red is None:
+        value = _retarget(d.expr, buffers, state.subst)
+        return Stage(d, _nest(state.axes, [Store(out_buf, out_index, value)], state.guards))
+    value = _retarget(red.body, buffers, state.subst)
+    first_red = next(n for n, a in enumerate(state.axes) if a.reduction)
+    outer, inner = state.axes[:first_red], state.axes[first_red:]
+    inner_out = [a for a in inner if not a.reduction]
+    arg = red.combiner in ("argmax", "argmin")
+    acc_dtype = value.dtype if arg else red.dtype
+    if not arg and value.dtype != acc_dtype:
+        value = cast(value, acc_dtype)
+    if inner_out and not arg and acc_dtype == out_buf.dtype:
+        acc, acc_index = out_buf, out_index          # accumulate in the output itself
+    else:
+        shape = tuple(a.extent for a in inner_out)
+        acc = Buffer(f"{d.name}_acc", shape, acc_dtype, Scope.LOCAL)
+        acc_index = tuple(a.var for a in inner_out)
+    init = [Store(acc, acc_index, identity(red.combiner, acc_dtype))]
+    target = None
+    if arg:
+        pos = Buffer(f"{d.name}_pos", acc.shape, np.dtype("int64"), Scope.LOCAL)
+        position = sp.Integer(0)
+        for x in red.over:
+            position = position * d.extents[x] + state.subst[x]
+        target = ArgTarget(pos, acc_index, IndexValue(position))
+        init.append(Store(pos, acc_index, Const(0, "int64")))
+    update = Update(acc, acc_index, red.combiner, value, state.fast_math, target)
+    body = []
+    out_guards = _guards_for(state, outer + tuple(inner_out))
+    body += _nest(inner_out, init, out_guards)
+    body += _nest(inner, [update], state.guards)
+    if acc is not out_buf:
+        result = Access(target.buffer if arg else acc, acc_index)
+        body += _nest(inner_out, [Store(out_buf, out_index, result)], out_guards)
+    return Stage(d, _nest(outer, body))

@@ -98,15 +98,10 @@ def _nest(axes, body, guards=()):
 
 
 def _guards_for(state, axes):
-    """The guards whose variables all belong to `axes` or to loops outside them."""
-    inside = {a.var for a in axes}
-    outer = set()
-    for a in state.axes:
-        if a.var in inside:
-            break
-        outer.add(a.var)
-    ok = inside | outer
-    return [g for g in state.guards if g.free_symbols & set(state_vars(state)) <= ok]
+    """The guards that mention only the loop variables of `axes`."""
+    allowed = {a.var for a in axes}
+    loop_vars = set(state_vars(state))
+    return [g for g in state.guards if (g.free_symbols & loop_vars) <= allowed]
 
 
 def state_vars(state):
@@ -133,7 +128,9 @@ def lower_stage(state, buffers):
     if inner_out and not arg and acc_dtype == out_buf.dtype:
         acc, acc_index = out_buf, out_index          # accumulate in the output itself
     else:
-        shape = tuple(a.extent for a in inner_out)
+        # extents that shrink in a tail (Min(T, E - o*T)) are largest at o = 0
+        at_zero = {v: 0 for v in state_vars(state)}
+        shape = tuple(sp.sympify(a.extent).xreplace(at_zero) for a in inner_out)
         acc = Buffer(f"{d.name}_acc", shape, acc_dtype, Scope.LOCAL)
         acc_index = tuple(a.var for a in inner_out)
     init = [Store(acc, acc_index, identity(red.combiner, acc_dtype))]

@@ -326,8 +326,9 @@ class Codegen:
 
     def _loop_metadata(self, loop):
         if loop.kind is LoopKind.UNROLLED:
-            hint = self.module.add_metadata([ir.MetaDataString(self.module,
-                                                               "llvm.loop.unroll.full")])
+            full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
+            hint = self.module.add_metadata([ir.MetaDataString(
+                self.module, "llvm.loop.unroll.full" if full else "llvm.loop.unroll.enable")])
         elif loop.kind is LoopKind.VECTOR:
             hint = self.module.add_metadata([ir.MetaDataString(self.module,
                                                                "llvm.loop.vectorize.enable"),

@@ -1,0 +1,175 @@
+"""Schedules: random legal primitive sequences against the unscheduled reference, the
+refusal catalogue, history replay and a golden printout."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import tex
+from tex.backends import numpy_ref
+
+M, N, K = tex.sizes("M N K")
+
+
+def _programs():
+    i, j, k = tex.indices("i j k")
+    A = tex.tensor("A", (M, K), "float32")
+    B = tex.tensor("B", (K, N), "float32")
+    X = tex.tensor("X", (M, N), "int8")
+    Y = tex.tensor("Y", (M, N), "float64")
+    return {
+        "matmul": tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k)),
+        "rowsum_i8": tex.compute("S", (i,), tex.sum(X[i, j], over=j, dtype="int32")),
+        "colmax": tex.compute("Cm", (j,), tex.max(Y[i, j], over=i)),
+        "argmin_rows": tex.compute("Am", (i,), tex.argmin(Y[i, j], over=j)),
+        "prod_rows": tex.compute("P", (i,), tex.prod(Y[i, j] * 0.5 + 0.75, over=j)),
+        "elementwise": tex.compute("E", (i, j), tex.exp(Y[i, j]) * 2 - Y[i, j]),
+        "full_sum": tex.compute("F", (), tex.sum(Y[i, j], over=(i, j))),
+    }
+
+
+PROGRAMS = _programs()
+SIZES = [1, 2, 7, 16, 63, 65]
+
+
+def _inputs(program, rng, sizes):
+    arrays = []
+    for t in program.inputs:
+        shape = tuple(int(d.xreplace(sizes)) for d in t.shape)
+        if t.dtype.kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(t.dtype))
+        else:
+            arrays.append(rng.integers(-128, 128, shape).astype(t.dtype))
+    return arrays
+
+
+@st.composite
+def schedules(draw):
+    name = draw(st.sampled_from(sorted(PROGRAMS)))
+    defn = PROGRAMS[name]
+    s = tex.schedule(defn)
+    stage = s[defn]
+    for _ in range(draw(st.integers(0, 5))):
+        loops = stage.loops
+        if not loops:
+            break
+        prim = draw(st.sampled_from(["split", "split", "reorder", "parallel", "unroll"]))
+        loop = draw(st.sampled_from(loops))
+        try:
+            if prim == "split":
+                stage.split(loop, draw(st.integers(1, 9)),
+                            tail=draw(st.sampled_from(["guard", "peel"])))
+            elif prim == "reorder":
+                stage.reorder(*draw(st.permutations(loops)))
+            elif prim == "parallel":
+                stage.parallel(loop)
+            else:
+                stage.unroll(loop)
+        except tex.ScheduleError:
+            pass                     # an illegal choice is refused; keep going
+    sizes = {M: draw(st.sampled_from(SIZES)), N: draw(st.sampled_from(SIZES)),
+             K: draw(st.sampled_from(SIZES))}
+    return name, s, sizes
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schedules(), st.integers(0, 2**31))
+def test_random_schedules_match_reference(case, seed):
+    name, s, sizes = case
+    program = s.program
+    f = tex.compile(s)
+    arrays = _inputs(program, np.random.default_rng(seed), sizes)
+    got = f(*arrays)
+    want, = numpy_ref.evaluate(program, arrays)
+    if want.dtype.kind == "f":
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-4, err_msg=str(s))
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=str(s))
+
+
+def test_history_replays_to_the_same_nest():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    io, ii = s[C].split(s[C].loops[0], 8, tail="guard")
+    jo, ji = s[C].split(s[C].loops[2], 16)
+    s[C].reorder(io, jo, ii, s[C].loops[-1], ji)
+    s[C].parallel(io)
+    again = tex.schedule(C).replay(s.history_json())
+    assert str(again) == str(s)
+
+
+GOLDEN_TILED_MATMUL = """\
+# C
+for io in 0..ceiling(M/8):  # parallel
+  for j in 0..N:
+    for ii in 0..Min(8, M - 8*io):
+      C[ii + 8*io, j] = 0.0
+    for k in 0..K:  # reduction
+      for ii in 0..Min(8, M - 8*io):
+        C[ii + 8*io, j] += (A[ii + 8*io, k] * B[k, j])"""
+
+
+def test_golden_tiled_matmul():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    i, j, k = (x.var for x in s[C].loops)
+    io, ii = s[C].split(s[C].loops[0], 8)
+    s[C].reorder(io, s[C].loops[2], s[C].loops[3], ii)
+    s[C].parallel(io)
+    assert str(s) == GOLDEN_TILED_MATMUL
+
+
+def test_refusals_name_the_loop():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    i, j, k = s[C].loops
+    with pytest.raises(tex.ScheduleError, match="parallel: .*loop k is a reduction loop"):
+        s[C].parallel(k)
+    with pytest.raises(tex.ScheduleError, match="split: .*loop i: factor must be >= 1"):
+        s[C].split(i, 0)
+    with pytest.raises(tex.ScheduleError, match="factor must be >= 1, got -3"):
+        s[C].split(i, -3)
+    with pytest.raises(tex.ScheduleError, match="tail='pad' is not one of"):
+        s[C].split(i, 4, tail="pad")
+    with pytest.raises(tex.ScheduleError, match="vectorize: .*loop i is not the innermost"):
+        s[C].vectorize(i)
+    other = tex.schedule(PROGRAMS["rowsum_i8"])
+    with pytest.raises(tex.ScheduleError, match="belongs to stage S"):
+        s[C].split(other[PROGRAMS["rowsum_i8"]].loops[0], 2)
+    io, ii = s[C].split(i, 4)
+    with pytest.raises(tex.ScheduleError, match="loop ii has extent Min\\(4, M - 4\\*io\\)"):
+        s[C].reorder(ii, io)
+    with pytest.raises(tex.ScheduleError, match="no longer a loop"):
+        s[C].split(i, 2)
+
+
+def test_float_reduction_order_is_kept_without_fast_math():
+    F = PROGRAMS["full_sum"]
+    s = tex.schedule(F, fast_math=False)
+    i, j = s[F].loops
+    with pytest.raises(tex.ScheduleError, match="reorder: .*would be reassociated"):
+        s[F].reorder(j, i)
+    with pytest.raises(tex.ScheduleError, match="vectorize: .*fast_math is off"):
+        s[F].vectorize(j)
+    # integers and max/min may be reordered: the result is the same bits
+    Cm = PROGRAMS["colmax"]
+    s2 = tex.schedule(Cm, fast_math=False)
+    i, j = s2[Cm].loops[1], s2[Cm].loops[0]
+    s2[Cm].reorder(i, j)
+
+
+def test_threads_give_the_same_result_as_one_thread():
+    C = PROGRAMS["matmul"]
+    f = tex.compile(C)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((300, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 150)).astype(np.float32)
+    before = tex.get_num_threads()
+    try:
+        tex.set_num_threads(1)
+        one = f(a, b)
+        tex.set_num_threads(2)
+        two = f(a, b)
+    finally:
+        tex.set_num_threads(before)
+    np.testing.assert_array_equal(one, two)
+    np.testing.assert_allclose(two, a @ b, rtol=1e-4, atol=1e-4)

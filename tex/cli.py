@@ -33,7 +33,7 @@ def _parser():
     e = sub.add_parser("einsum", help="show the loop nest (and LLVM IR) of one einsum and "
                                       "time it against numpy.einsum")
     e.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
-    e.add_argument("shapes", nargs="+", metavar="SHAPE",
+    e.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
                    help='one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
     e.add_argument("--dtype", default="float32", choices=[d.name for d in tex.dtypes_supported])
     e.add_argument("--show", action="store_true", help="also print the LLVM IR")
@@ -144,15 +144,14 @@ def random_array(rng, shape, dtype):
 
 
 def einsum(args, argv):
+    rng = np.random.default_rng(0)
+    arrays = [random_array(rng, s, args.dtype) for s in args.shapes]
     try:
-        shapes = [parse_shape(s) for s in args.shapes]
-    except argparse.ArgumentTypeError as err:
+        program = tex.einsum_program(args.subscripts, *arrays)   # what tex.einsum compiles
+    except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    rng = np.random.default_rng(0)
-    arrays = [random_array(rng, s, args.dtype) for s in shapes]
-    operands = [tex.tensor(f"x{n}", a.shape, a.dtype) for n, a in enumerate(arrays)]
-    f = tex.compile(tex.einsum(args.subscripts, *operands))
+    f = tex.compile(program)
     print(f.loop_nest)
     if args.show:
         print()

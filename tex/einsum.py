@@ -1,9 +1,486 @@
-"""numpy.einsum's semantics on tex's compiled kernels (placeholder; see the einsum helper)."""
+"""numpy.einsum computed by tex's compiled kernels.
+
+    tex.einsum("ik,kj->ij", a, b)           arrays in, an array out (a cached compiled kernel)
+    tex.einsum("ik,kj->ij", A, B)           tex tensors in: the Definition (IR); nothing runs
+    tex.einsum_program("ik,kj->ij", a, b)   the Program, for operands or (shape, dtype) specs
+
+The semantics are numpy.einsum's: implicit and explicit output, repeated labels
+(diagonals, traces), '...' with broadcasting, size-1 broadcasting of named labels, 0-d
+operands, dtype promotion, `dtype=` with `casting=`, `out=`, the interleaved form.
+
+A subscripts string goes through three named steps (as loopy's make_einsum does):
+
+  parse    the string alone, cached per string: each operand's labels and the output's,
+           '...' kept as one marker; bad characters and bad outputs raise ValueError.
+  expand   against the operands' ranks, cached: '...' becomes the labels '.0', '.1', ...
+           (right-aligned, as numpy broadcasts), the implicit output is derived.
+  build    against the shapes: one size symbol per label; a dimension of size 1 where
+           the label is larger elsewhere is broadcast (declared 1, read at index 0), so
+           the kernel cache key records which dimensions are 1. Operands are contracted
+           pairwise in numpy.einsum_path's order, one tex.compute per step: the product
+           of its operands, summed over the labels that neither the output nor a later
+           step needs.
+
+Values: operands are cast to the result dtype inside the expression (no extra pass over
+memory); sums accumulate in the result dtype, float16 in float32 as numpy does; bool sums
+are OR and products AND.
+
+Calls: a kernel is cached under (subscripts, dtype, casting, path, and per operand its
+dtype and which dimensions are 1, or its rank). The common call (ndarrays, default
+keywords, no out=) skips even that key: each subscripts string keeps a guard for its last
+kernel, which checks the operands' types and dtypes by identity and lets the kernel's own
+size checks refuse the rest (see _make_guard).
+"""
+import collections
+import functools
+import itertools
+import operator
+import string
+
+import numpy as np
+import sympy as sp
+
+from . import dtypes
+from .errors import ShapeError
+from .expr import Index, cast, sizes
+from .expr import sum as tex_sum
+from .program import Program
+from .tensor import Tensor, compute, tensor
+
+ELLIPSIS = "..."
+_LETTERS = frozenset(string.ascii_letters)
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_LAYOUTS = {"K": "C", "C": "C", "F": "F", "A": "A"}
+_names = itertools.count()
 
 
-def einsum(*args, **kwargs):
-    raise NotImplementedError
+# ---------------------------------------------------------------- parse
+
+@functools.lru_cache(maxsize=1024)
+def parse(subscripts):
+    """'ij,jk->ik' -> ((('i','j'), ('j','k')), ('i','k')); the output is None when implicit.
+    '...' stays one item. Refuses what numpy refuses without looking at the operands."""
+    text = subscripts.replace(" ", "")
+    inputs_text, arrow, output_text = text.partition("->")
+    if "-" in inputs_text:
+        raise ValueError("einstein sum subscript string does not contain proper '->' "
+                         "output specified")
+    inputs = tuple(_parse_term(term, f"operand {k}")
+                   for k, term in enumerate(inputs_text.split(",")))
+    if not arrow:
+        return inputs, None
+    output = _parse_term(output_text, "the output")
+    seen = {label for term in inputs for label in term}
+    for n, label in enumerate(output):
+        if label in output[:n]:
+            raise ValueError("einstein sum subscripts string includes output subscript "
+                             f"{label!r} multiple times")
+        if label not in seen and label != ELLIPSIS:
+            raise ValueError(f"einstein sum subscripts string included output subscript "
+                             f"{label!r} which never appeared in an input")
+    return inputs, output
 
 
-def einsum_program(*args, **kwargs):
-    raise NotImplementedError
+def _parse_term(text, where):
+    labels, pos = [], 0
+    while pos < len(text):
+        c = text[pos]
+        if c in _LETTERS:
+            labels.append(c)
+            pos += 1
+        elif text.startswith(ELLIPSIS, pos) and ELLIPSIS not in labels:
+            labels.append(ELLIPSIS)
+            pos += 3
+        elif c == ".":
+            raise ValueError("einstein sum subscripts string contains a '.' that is not part "
+                             f"of an ellipsis ('...') in {where}")
+        else:
+            raise ValueError(f"invalid subscript {c!r} in einstein sum subscripts string, "
+                             "subscripts must be letters")
+    return tuple(labels)
+
+
+def interleaved_subscripts(args):
+    """numpy's form `einsum(op0, sublist0, op1, sublist1, ..., [sublist_out])` ->
+    (subscripts, operands). Integers 0-25 are 'A'-'Z', 26-51 'a'-'z'."""
+    operands, sublists = list(args[0::2]), list(args[1::2])
+    output = operands.pop() if len(args) % 2 else None
+
+    def letters(sublist):
+        out = []
+        for s in sublist:
+            if s is Ellipsis:
+                out.append(ELLIPSIS)
+            elif isinstance(s, (int, np.integer)) and not isinstance(s, bool):
+                if not 0 <= s < 52:
+                    raise ValueError("subscript is not within the valid range [0, 52)")
+                out.append((string.ascii_uppercase + string.ascii_lowercase)[s])
+            else:
+                raise TypeError("each subscript must be either an integer or an ellipsis")
+        return "".join(out)
+
+    subscripts = ",".join(letters(s) for s in sublists)
+    if output is not None:
+        subscripts += "->" + letters(output)
+    return subscripts, operands
+
+
+# ---------------------------------------------------------------- expand
+
+@functools.lru_cache(maxsize=4096)
+def expand(subscripts, ndims):
+    """(subscripts, operand ranks) -> (labels of each operand, output labels), with '...'
+    replaced by the labels '.0', '.1', ...: an operand whose '...' covers w dimensions
+    takes the last w of them (numpy aligns broadcast dimensions on the right)."""
+    inputs, output = parse(subscripts)
+    if len(inputs) != len(ndims):
+        more = "more" if len(ndims) > len(inputs) else "fewer"
+        raise ValueError(f"{more} operands provided to einstein sum function than specified "
+                         f"in the subscripts string ({len(ndims)} operands for "
+                         f"{len(inputs)} terms in {subscripts!r})")
+    widths = []
+    for k, (labels, ndim) in enumerate(zip(inputs, ndims)):
+        named = len(labels) - (ELLIPSIS in labels)
+        if named > ndim:
+            raise ValueError("einstein sum subscripts string contains too many subscripts "
+                             f"for operand {k}")
+        if named < ndim and ELLIPSIS not in labels:
+            raise ValueError("operand has more dimensions than subscripts given in einstein "
+                             "sum, but no '...' ellipsis provided to broadcast the extra "
+                             f"dimensions. (operand {k})")
+        widths.append(ndim - named)
+    width = max(widths, default=0)
+    broadcast = tuple(f".{n}" for n in range(width))
+    operands = tuple(_splice(labels, broadcast[width - w:])
+                     for labels, w in zip(inputs, widths))
+    if output is None:
+        counts = collections.Counter(label for labels in operands for label in labels)
+        output = broadcast + tuple(sorted(label for label, n in counts.items()
+                                          if n == 1 and label[0] != "."))
+    elif width and ELLIPSIS not in output:
+        raise ValueError("output has more dimensions than subscripts given in einstein sum, "
+                         "but no '...' ellipsis provided to broadcast the extra dimensions.")
+    else:
+        output = _splice(output, broadcast)
+    return operands, output
+
+
+def _splice(labels, broadcast):
+    if ELLIPSIS not in labels:
+        return labels
+    at = labels.index(ELLIPSIS)
+    return labels[:at] + broadcast + labels[at + 1:]
+
+
+# ---------------------------------------------------------------- build
+
+Spec = collections.namedtuple("Spec", "shape dtype tensor")   # tensor: a tex Tensor or None
+
+
+def _spec(x):
+    """An einsum_program operand -> Spec(shape of sympy integers or expressions, dtype,
+    tensor): a tex Tensor, a (shape, dtype) pair or anything np.asarray takes."""
+    if isinstance(x, Tensor):
+        return Spec(x.shape, x.dtype, x)
+    if (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list))
+            and isinstance(x[1], (str, type, np.dtype))):
+        return Spec(tuple(map(sp.sympify, x[0])), dtypes.as_dtype(x[1]), None)
+    a = np.asarray(x)
+    dtype = a.dtype if a.dtype.isnative else np.dtype(a.dtype.type)
+    return Spec(tuple(map(sp.Integer, a.shape)), dtype, None)
+
+
+def resolve_labels(labels, specs):
+    """Check the sizes of each label and decide broadcasting. Returns ({label: extent},
+    each operand's dimension labels with None for a broadcast dimension, {label: a size
+    for einsum_path}). A label's extent is a tex operand's dimension if there is one, else
+    a new size symbol n_<label>; its dimensions of size 1 are broadcast when another is
+    not 1."""
+    uses = collections.defaultdict(list)             # label -> [(operand, axis, dim)]
+    for k, (term, spec) in enumerate(zip(labels, specs)):
+        for axis, (label, d) in enumerate(zip(term, spec.shape)):
+            same_operand = [e for kk, _, e in uses[label] if kk == k]
+            if same_operand and same_operand[0] != d:
+                raise ShapeError(f"dimensions in operand {k} for collapsing index {label!r} "
+                                 f"don't match ({same_operand[0]} != {d})")
+            uses[label].append((k, axis, d))
+    extents, broadcast, path_sizes = {}, set(), {}
+    for label, occurrences in uses.items():
+        large = [u for u in occurrences if u[2] != 1]
+        numbers = [u for u in large if u[2].is_number]
+        from_tex = [u for u in large or occurrences if specs[u[0]].tensor is not None]
+        for group in (numbers, from_tex):
+            for k, axis, d in group[1:]:
+                k0, axis0, d0 = group[0]
+                if d != d0:
+                    what = f"subscript {label!r}" if label[0] != "." else "a '...' dimension"
+                    raise ShapeError(f"operands could not be broadcast together: {what} has "
+                                     f"size {d0} in operand {k0} (dimension {axis0}) and {d} "
+                                     f"in operand {k} (dimension {axis})")
+        if large:
+            broadcast |= {(k, axis) for k, axis, d in occurrences if d == 1}
+        name = label if label[0] != "." else "e" + label[1:]
+        extents[label] = from_tex[0][2] if from_tex else sizes(f"n_{name}")
+        path_sizes[label] = int(numbers[0][2]) if numbers else 64 if large else 1
+    dims = [tuple(None if (k, axis) in broadcast else label for axis, label in enumerate(term))
+            for k, term in enumerate(labels)]
+    return extents, dims, path_sizes
+
+
+def result_dtype(operand_dtypes, dtype, casting):
+    """numpy's einsum dtype: `dtype` or the operands' result_type; every operand must cast
+    to it under `casting`."""
+    if casting not in _CASTINGS:
+        raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))} "
+                         f"(got {casting!r})")
+    result = np.result_type(*operand_dtypes) if dtype is None else np.dtype(dtype)
+    result = dtypes.as_dtype(result, "einsum result")
+    for k, dt in enumerate(operand_dtypes):
+        if not np.can_cast(dt, result, casting):
+            raise TypeError(f"Iterator operand {k} dtype could not be cast from {dt!r} to "
+                            f"{result!r} according to the rule {casting!r}")
+    return result
+
+
+def contraction_path(subscripts, optimize, shapes):
+    """The pairwise order as numpy.einsum_path gives it: a list of tuples of positions in
+    the current operand list (contracted operands removed, the result appended)."""
+    n = len(shapes)
+    if n <= 2:
+        return [tuple(range(n))]
+    if isinstance(optimize, (list, tuple)) and optimize and optimize[0] == "einsum_path":
+        path = [tuple(step) for step in optimize[1:]]
+    else:
+        kind = "greedy" if optimize is True or optimize is False else optimize
+        if not (kind in ("greedy", "optimal") or isinstance(kind, (list, tuple))):
+            raise ValueError(f"optimize: expected False, True, 'greedy', 'optimal' or an "
+                             f"explicit ['einsum_path', ...] list, not {optimize!r}")
+        dummies = [np.broadcast_to(np.empty((), np.float64), s) for s in shapes]
+        path = [tuple(step) for step in np.einsum_path(subscripts, *dummies, optimize=kind)[0][1:]]
+    remaining = n
+    for step in path:
+        if not step or len(set(step)) != len(step) or not all(0 <= p < remaining for p in step):
+            raise ValueError(f"Invalid einsum_path: step {step} with {remaining} operands left")
+        remaining -= len(step) - 1
+    if remaining != 1:
+        raise ValueError(f"Invalid einsum_path is specified: {remaining - 1} more operands "
+                         "has to be contracted.")
+    return path
+
+
+def einsum_program(subscripts, *operands, dtype=None, casting="safe", optimize="greedy",
+                   name=None):
+    """The Program computing numpy.einsum(subscripts, *operands). Operands are tex Tensors,
+    (shape, dtype) pairs or arrays (only their shape and dtype are used; sizes become
+    symbols, one per label). `name` names the output definition (default "einsum", or a
+    unique "einsumN" when tex tensors take part, so that einsums compose)."""
+    return _build(subscripts, operands, dtype, casting, optimize, name)[0]
+
+
+def _build(subscripts, operands, dtype, casting, optimize, name):
+    """-> (Program, the operands' tensors, result dtype, (operand, axis) of each output dim)."""
+    if not isinstance(subscripts, str):
+        subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
+    if not operands:
+        raise ValueError("must specify the einstein sum subscripts string and at least one "
+                         "operand")
+    specs = [_spec(x) for x in operands]
+    labels, output = expand(subscripts, tuple(len(s.shape) for s in specs))
+    extents, dims, path_sizes = resolve_labels(labels, specs)
+    result = result_dtype([s.dtype for s in specs], dtype, casting)
+    if name is None:
+        tex_operands = any(s.tensor is not None for s in specs)
+        name = f"einsum{next(_names)}" if tex_operands else "einsum"
+    prefix = "" if name == "einsum" else name + "_"
+    tensors = [s.tensor if s.tensor is not None else
+               tensor(f"{prefix}op{k}", [1 if lb is None else extents[lb] for lb in d], s.dtype)
+               for k, (s, d) in enumerate(zip(specs, dims))]
+    shapes = [tuple(1 if lb is None else path_sizes[lb] for lb in d) for d in dims]
+    path = contraction_path(subscripts, optimize, shapes)
+
+    terms = [(t, d, True) for t, d in zip(tensors, dims)]     # (tensor, labels, is operand)
+    for step, positions in enumerate(path):
+        picked = [terms[p] for p in positions]
+        for p in sorted(positions, reverse=True):
+            del terms[p]
+        if step == len(path) - 1:
+            keep, out_dtype, step_name = output, result, name
+        else:
+            needed = set(output).union(*(t[1] for t in terms))
+            keep = tuple(dict.fromkeys(lb for t in picked for lb in t[1]
+                                       if lb is not None and lb in needed))
+            out_dtype, step_name = dtypes.accumulator(result), f"{prefix}t{step}"
+        terms.append((_contract(step_name, picked, keep, result, out_dtype), keep, False))
+    out_dims = tuple(next((k, d.index(lb)) for k, d in enumerate(dims) if lb in d)
+                     for lb in output)
+    return Program(terms[0][0]), tensors, result, out_dims
+
+
+def _contract(name, picked, keep, result, out_dtype):
+    """name[keep] = sum over the other labels of the product of the picked terms' elements.
+    Operands are cast to the result dtype, then to the accumulator (float16 -> float32)."""
+    acc = dtypes.accumulator(result)
+    index = {}
+    for _, labels, _ in picked:
+        for lb in labels:
+            if lb is not None and lb not in index:
+                index[lb] = Index(lb if lb[0] != "." else "e" + lb[1:])
+    factors = []
+    for t, labels, is_operand in picked:
+        value = t[tuple(0 if lb is None else index[lb] for lb in labels)]
+        factors.append(cast(cast(value, result), acc) if is_operand else value)
+    body = functools.reduce(operator.mul, factors)
+    summed = tuple(x for lb, x in index.items() if lb not in keep)
+    if summed:
+        body = tex_sum(body, over=summed, dtype=acc)
+    return compute(name, [index[lb] for lb in keep], cast(body, out_dtype))
+
+
+# ---------------------------------------------------------------- einsum on arrays
+
+# A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
+# the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
+# giving each output dimension; `guard`: the fast path's call (see _make_guard).
+_Kernel = collections.namedtuple("_Kernel", "fn perm dtype scalar out_dims guard")
+
+_kernels = {}       # (subscripts, dtype, casting, optimize, per operand: dtype, ones or ndim)
+_guards = {}        # subscripts -> the guard of its last kernel used with default keywords
+_MAX_KERNELS = 1024
+_MISS = object()
+_ndarray = np.ndarray
+
+
+def _make_guard(fn, perm, scalar, dtypes_in):
+    """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
+    kernel's dtype and the kernel accepts their shapes, else _MISS. The kernel's own checks
+    make this safe: a shape whose pattern of 1s differs from the compiled one either gives
+    the same values or fails a size check (ShapeError), which sends the call to the
+    general path."""
+    xs = [f"x{k}" for k in range(len(dtypes_in))]
+    test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k}" for k, x in enumerate(xs))
+    args = ", ".join(xs[p] for p in (perm or range(len(xs))))
+    src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
+           f"    if not rest and {test}:\n"
+           f"        try:\n"
+           f"            return fn({args}){'[()]' if scalar else ''}\n"
+           f"        except ShapeError:\n"
+           f"            pass\n"
+           f"    return _MISS\n")
+    scope = {"fn": fn, "_nd": _ndarray, "_MISS": _MISS, "ShapeError": ShapeError,
+             **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)}}
+    exec(compile(src, "<tex einsum guard>", "exec"), scope)
+    return scope["guard"]
+
+
+def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting="safe",
+           order="K"):
+    """numpy.einsum on tex's compiled code: operands that np.asarray takes give an ndarray
+    (a numpy scalar for a 0-d result, or `out`); any tex Tensor operand gives the
+    Definition instead (IR, nothing runs). Kernels are cached by subscripts, operand
+    dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`."""
+    # fast path: default keywords and the last kernel these subscripts used
+    if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
+            and order == "K" and (optimize is False or optimize is True)):
+        guard = _guards.get(subscripts)
+        if guard is not None:
+            result = guard(*operands)
+            if result is not _MISS:
+                return result
+    return _einsum(subscripts, operands, dtype, out, optimize, casting, order)
+
+
+def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
+    """The general path: conversions, tex tensors, the kernel cache, out=, order=."""
+    if not isinstance(subscripts, str):
+        subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
+    if any(isinstance(a, Tensor) for a in operands):
+        if out is not None:
+            raise TypeError("einsum on tex tensors builds IR; out= applies only to arrays")
+        return einsum_program(subscripts, *operands, dtype=dtype, casting=casting,
+                              optimize=optimize).outputs[0]
+    arrays = [np.asarray(a) for a in operands]
+    greedy = optimize is False or optimize is True or optimize == "greedy"
+    path_key = None if len(arrays) <= 2 else "greedy" if greedy else repr(optimize)
+    key = [subscripts, dtype, casting, path_key]
+    for a in arrays:
+        key += (a.dtype, 1 in a.shape and tuple([d == 1 for d in a.shape]) or a.ndim)
+    key = tuple(key)
+    entry = _kernels.get(key)
+    if entry is None:
+        entry = _compile_kernel(key, subscripts, arrays, dtype, casting, optimize)
+    if dtype is None and casting == "safe" and greedy:
+        _guards[subscripts] = entry.guard
+    args = arrays if entry.perm is None else [arrays[p] for p in entry.perm]
+    out = _check_out_and_order(entry, arrays, out, order)
+    try:
+        if out is None:
+            result = entry.fn(*args)
+            return result[()] if entry.scalar else result
+        if out.dtype == entry.dtype:
+            return entry.fn(*args, out=out)
+        return _cast_into(out, entry, args, casting, len(arrays))
+    except ShapeError:
+        # the kernel refused the sizes: say it as numpy does, when the labels disagree
+        resolve_labels(expand(subscripts, tuple(a.ndim for a in arrays))[0],
+                       [_spec(a) for a in arrays])
+        raise
+
+
+def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
+    """A cache miss: build the program for these operands and compile it."""
+    program, tensors, result, out_dims = _build(subscripts, arrays, dtype, casting, optimize,
+                                                "einsum")
+    position = {t: k for k, t in enumerate(tensors)}
+    perm = tuple(position[t] for t in program.inputs)
+    compiled = compile_program(program)
+    # a CompiledFunction's instance `__call__` is its generated call path: one frame less
+    fn, perm = compiled.__call__, None if perm == tuple(range(len(perm))) else perm
+    guard = _make_guard(fn, perm, not out_dims, [t.dtype for t in tensors])
+    entry = _Kernel(fn, perm, result, not out_dims, out_dims, guard)
+    if len(_kernels) >= _MAX_KERNELS:
+        del _kernels[next(iter(_kernels))]
+        _guards.clear()
+    _kernels[key] = entry
+    return entry
+
+
+def compile_program(program):
+    """The compiler behind einsum's kernels (imported late: tex's modules do not import
+    the backends at import time)."""
+    from .backends.llvm.runtime import compile
+    return compile(program)
+
+
+def _check_out_and_order(entry, arrays, out, order):
+    """Checks `order=` and `out=`; returns the array to write: `out`, an F-ordered array
+    if asked, or None ('K' gives C order; 'A' gives F when every operand is F- and not
+    every operand C-contiguous)."""
+    layout = _LAYOUTS.get(order.upper() if isinstance(order, str) else None)
+    if layout is None:
+        raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise TypeError("keyword parameter out must be an array for einsum")
+        return out
+    if layout == "A":
+        fortran = all(a.flags.f_contiguous for a in arrays)
+        layout = "F" if fortran and not all(a.flags.c_contiguous for a in arrays) else "C"
+    if layout == "C" or len(entry.out_dims) < 2:
+        return None
+    shape = tuple(arrays[k].shape[axis] for k, axis in entry.out_dims)
+    return np.empty(shape, entry.dtype, order="F")
+
+
+def _cast_into(out, entry, args, casting, n_operands):
+    """`out=` of another dtype: numpy computes in the result dtype, then casts."""
+    if not np.can_cast(entry.dtype, out.dtype, casting):
+        raise TypeError(f"Iterator requested dtype could not be cast from {entry.dtype!r} "
+                        f"to {out.dtype!r}, the operand {n_operands} dtype, according to the "
+                        f"rule {casting!r}")
+    result = entry.fn(*args)
+    if out.shape != result.shape:
+        raise ShapeError(f"out= has shape {out.shape} but the einsum result has shape "
+                         f"{result.shape}")
+    np.copyto(out, result, casting="unsafe")
+    return out
+

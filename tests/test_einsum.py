@@ -1,0 +1,467 @@
+"""tex.einsum against numpy.einsum: hand-written cases, every refusal, the kernel cache,
+tex tensors in (IR out), and hypothesis-generated subscripts over dtypes, broadcasting and
+strided views. Floats are compared with an error bound that grows with the contraction
+length; integers and bools exactly (wrapping sums agree in any order)."""
+import importlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tex
+from tex.backends.numpy_ref import evaluate
+
+einsum_module = importlib.import_module("tex.einsum")
+RNG = np.random.default_rng(1234)
+
+
+def random_array(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind == "u":
+        return rng.integers(0, 6, shape).astype(dtype)
+    if dtype.kind == "i":
+        return rng.integers(-4, 5, shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def assert_close(got, expected, subscripts, operands):
+    """Same type (numpy scalar or ndarray), dtype and shape; values exact for bool and
+    integers, within a rounding bound for floats: eps * (terms + operands) * sum |terms|."""
+    assert type(got) is type(expected), (type(got), type(expected))
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    if expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, expected)
+        return
+    as64 = [np.asarray(op, dtype=np.float64) for op in operands]
+    terms = np.einsum(subscripts, *[np.ones_like(a) for a in as64])
+    magnitude = np.einsum(subscripts, *[np.abs(a) for a in as64])
+    eps = np.finfo(expected.dtype).eps
+    bound = 4 * eps * (terms + len(operands)) * magnitude + 4 * np.finfo(expected.dtype).tiny
+    error = np.abs(np.asarray(got, np.float64) - np.asarray(expected, np.float64))
+    assert np.all(error <= bound), f"max error {np.max(error)} above bound"
+
+
+def check(subscripts, *operands, **kwargs):
+    expected = np.einsum(subscripts, *operands, **kwargs)
+    got = tex.einsum(subscripts, *operands, **kwargs)
+    assert_close(got, expected, subscripts, operands)
+    return got
+
+
+def arrays(*shapes, dtype=np.float64):
+    return [random_array(RNG, s, dtype) for s in shapes]
+
+
+# ---------------------------------------------------------------- hand-written cases
+
+CASES = [
+    ("ik,kj->ij", (3, 4), (4, 5)),                  # matmul
+    ("ik,kj", (3, 4), (4, 5)),                      # implicit output
+    ("bik,bkj->bij", (2, 3, 4), (2, 4, 5)),         # batched
+    ("ki,jk->ij", (4, 3), (5, 4)),                  # transposed operands
+    ("ij->ji", (3, 4),),
+    ("ij", (3, 4),),
+    ("ji", (3, 4),),                                # implicit output is sorted: a transpose
+    ("ii", (4, 4),),                                # trace
+    ("ii->", (4, 4),),
+    ("ii->i", (4, 4),),                             # diagonal
+    ("iij->ij", (3, 3, 5),),
+    ("iji->j", (3, 5, 3),),
+    ("i,j->ij", (3,), (4,)),                        # outer product
+    ("i,j", (3,), (4,)),
+    ("i,i->", (7,), (7,)),                          # dot
+    ("i,i->i", (7,), (7,)),
+    ("ij->", (3, 4),),
+    ("ij->i", (3, 4),),
+    ("ij->j", (3, 4),),
+    ("...ij,...jk->...ik", (2, 1, 3, 4), (5, 4, 2)),  # ellipsis with broadcasting
+    ("...ij,...jk", (2, 3, 4), (2, 4, 5)),
+    ("i...->...", (3, 2, 4),),
+    ("...i->...", (2, 3),),
+    ("...,...", (3, 1), (4,)),
+    ("a...b,b...->a...", (2, 3, 4), (4, 3)),
+    ("ij,ij->ij", (1, 3), (2, 3)),                  # size-1 broadcasting of a named label
+    ("ij,ij->", (2, 1), (2, 3)),
+    ("ii,i->i", (1, 1), (3,)),
+    ("i,->i", (3,), ()),                            # 0-d operands
+    (",->", (), ()),
+    ("->", (),),
+    ("", (),),
+    ("i->", (0,),),                                 # empty sum
+    ("ij,jk->ik", (0, 3), (3, 2)),
+    ("ij,jk->ik", (2, 0), (0, 2)),
+    ("ij,jk,kl->il", (3, 4), (4, 5), (5, 2)),       # 3 and 4 operands: pairwise chains
+    ("ij,jk,kl,lm->im", (2, 3), (3, 4), (4, 5), (5, 2)),
+    ("ijk,kji,j->", (2, 3, 4), (4, 3, 2), (3,)),
+    ("ab,bc,cd,de", (2, 3), (3, 4), (4, 2), (2, 5)),
+    ("i,i,i->i", (4,), (4,), (4,)),
+    ("ij,ij,j->ij", (1, 3), (2, 3), (3,)),
+    ("Ab,bA->A", (2, 3), (3, 2)),                   # uppercase labels
+    ("aA", (2, 3),),
+    ("i j , j k -> i k", (2, 3), (3, 4)),           # spaces are ignored
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] or "empty" for c in CASES])
+def test_case(case):
+    subscripts, *shapes = case
+    check(subscripts, *arrays(*shapes))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "int32", "int64", "uint8",
+                                   "float16", "float32", "float64"])
+def test_dtypes(dtype):
+    a, b = arrays((5, 7), (7, 3), dtype=dtype)
+    check("ik,kj->ij", a, b)
+    check("ij->", a)
+    check("ii->i", arrays((6, 6), dtype=dtype)[0])
+
+
+def test_integer_sums_wrap_as_numpy():
+    a = np.full(300, 100, np.int8)
+    check("i,i->", a, a)
+    check("i->", np.full(1000, 200, np.uint8))
+
+
+def test_bool_is_or_of_ands():
+    a = np.array([[True, False], [False, False]])
+    got = check("ij,jk->ik", a, a)
+    assert got.dtype == np.bool_
+
+
+def test_mixed_dtypes_and_python_operands():
+    check("i,i->i", np.arange(4, dtype=np.int8), np.linspace(0, 1, 4, dtype=np.float32))
+    check("i,i", np.arange(4, dtype=np.uint8), np.arange(4, dtype=np.int8))
+    check("i,->i", np.ones(3, np.float32), 2)           # a Python int is an int64 array
+    check("i,i", [1, 2, 3], [4, 5, 6])
+    check("ij->", [[1.5, 2.0], [3.0, 4.0]])
+
+
+def test_dtype_and_casting():
+    a = RNG.integers(-100, 100, (4, 50)).astype(np.int8)
+    check("ij->i", a, dtype=np.int32)
+    check("ij->i", a, dtype="int64")
+    x = RNG.standard_normal((3, 4))
+    check("ij->", x, dtype=np.float32, casting="same_kind")
+    check("ij->i", x * 10, dtype=np.int32, casting="unsafe")
+    check("i,i", np.ones(3, np.float16), np.ones(3, np.float16), dtype=np.float64)
+    with pytest.raises(TypeError, match="according to the rule 'safe'"):
+        tex.einsum("ij->", x, dtype=np.int32)
+    with pytest.raises(TypeError, match="rule 'no'"):
+        tex.einsum("i,i", np.ones(3, np.int8), np.ones(3, np.float32), casting="no")
+    with pytest.raises(ValueError, match="casting must be one of"):
+        tex.einsum("ij->", x, casting="bogus")
+
+
+def test_strided_and_transposed_views():
+    a, b = arrays((6, 8), (8, 5))
+    check("ik,kj->ij", a[::2, ::-1], b[::-1, ::2].T.T)
+    check("ij,jk", a.T, a)
+    check("ii->i", a[:, :6][::-1, ::-1])
+    check("i,i", a[0, ::-3], a[1, 1::3])
+
+
+def test_out():
+    a, b = arrays((3, 4), (4, 5))
+    out = np.empty((3, 5))
+    assert tex.einsum("ik,kj->ij", a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b)
+    wide = np.zeros((3, 10))                                   # a non-contiguous out
+    tex.einsum("ik,kj->ij", a, b, out=wide[:, ::2])
+    np.testing.assert_allclose(wide[:, ::2], a @ b)
+    out64 = np.empty((3, 5))                                   # float32 result into float64
+    got = tex.einsum("ik,kj->ij", a.astype(np.float32), b.astype(np.float32), out=out64)
+    assert got is out64
+    np.testing.assert_array_equal(out64, np.einsum("ik,kj->ij", a.astype(np.float32),
+                                                   b.astype(np.float32)).astype(np.float64))
+    scalar_out = np.empty(())
+    assert tex.einsum("ij->", a, out=scalar_out) is scalar_out
+    with pytest.raises(TypeError, match="operand 1 dtype, according to the rule 'safe'"):
+        tex.einsum("ij->i", a, out=np.zeros(3, np.float32))
+    with pytest.raises(ValueError):
+        tex.einsum("ij->i", a, out=np.zeros(4))
+    with pytest.raises(TypeError, match="out must be an array"):
+        tex.einsum("ij->i", a, out=[0.0, 0.0, 0.0])
+
+
+def test_out_overlapping_an_input():
+    a = RNG.standard_normal((4, 4))
+    expected = np.einsum("ij->ji", a.copy())
+    tex.einsum("ij->ji", a, out=a)
+    np.testing.assert_array_equal(a, expected)
+
+
+def test_order():
+    a, b = arrays((3, 4), (4, 5))
+    assert tex.einsum("ik,kj->ij", a, b, order="F").flags.f_contiguous
+    assert tex.einsum("ik,kj->ij", a, b, order="C").flags.c_contiguous
+    f = tex.einsum("ik,kj->ij", np.asfortranarray(a), np.asfortranarray(b), order="A")
+    assert f.flags.f_contiguous
+    with pytest.raises(ValueError, match="order must be one of"):
+        tex.einsum("ik,kj->ij", a, b, order="X")
+
+
+def test_optimize_and_paths():
+    a, b, c = arrays((3, 4), (4, 5), (5, 2))
+    for optimize in (False, True, "greedy", "optimal", ["einsum_path", (1, 2), (0, 1)]):
+        check("ij,jk,kl->il", a, b, c, optimize=optimize)
+    with pytest.raises(ValueError, match="1 more operands has to be contracted"):
+        tex.einsum("ij,jk,kl->il", a, b, c, optimize=["einsum_path", (1, 2)])
+    with pytest.raises(ValueError, match="optimize"):
+        tex.einsum("ij,jk,kl->il", a, b, c, optimize="bogus")
+
+
+def test_interleaved_form():
+    a, b = arrays((3, 4), (4, 5))
+    expected = np.einsum(a, [0, 1], b, [1, 2], [0, 2])
+    np.testing.assert_allclose(tex.einsum(a, [0, 1], b, [1, 2], [0, 2]), expected)
+    np.testing.assert_allclose(tex.einsum(a, [Ellipsis, 1], [1, Ellipsis]),
+                               np.einsum(a, [..., 1], [1, ...]))
+
+
+def test_scalar_result_is_a_numpy_scalar():
+    x = np.arange(8, dtype=np.float32)
+    got = tex.einsum("i,i->", x, x)
+    assert type(got) is np.float32 and got == np.float32(140)
+    assert type(tex.einsum("->", 3)) is np.int64
+
+
+# ---------------------------------------------------------------- refusals
+
+ERRORS = [
+    ("i,i", [(3,)], "operands provided to einstein sum function than specified"),
+    ("i", [(3,), (3,)], "operands provided to einstein sum function than specified"),
+    ("i->i->", [(3,)], "invalid subscript '-'"),
+    ("i-", [(3,)], "does not contain proper '->'"),
+    ("i>", [(3,)], "invalid subscript '>'"),
+    ("i$", [(3,)], r"invalid subscript '\$'"),
+    ("i1", [(3, 3)], "invalid subscript '1'"),
+    ("i->j", [(3,)], "output subscript 'j' which never appeared in an input"),
+    ("i->ii", [(3,)], "output subscript 'i' multiple times"),
+    ("....i", [(3,)], r"'\.' that is not part of an ellipsis \('\.\.\.'\) in operand 0"),
+    ("..i", [(3,)], "not part of an ellipsis"),
+    ("...i...", [(3,)], "not part of an ellipsis"),
+    ("i->....", [(3,)], r"not part of an ellipsis \('\.\.\.'\) in the output"),
+    ("ij", [(3,)], "too many subscripts for operand 0"),
+    ("ab...c", [(2, 3)], "too many subscripts for operand 0"),
+    ("i", [(2, 3)], "operand has more dimensions than subscripts"),
+    ("...i->", [(2, 3)], "output has more dimensions than subscripts"),
+    ("ii", [(2, 3)], "collapsing index 'i' don't match \\(2 != 3\\)"),
+    ("ii->i", [(1, 3)], "collapsing index 'i'"),
+    ("ij,jk", [(2, 3), (4, 5)], "operands could not be broadcast together"),
+    ("i,i->", [(3,), (4,)], "operands could not be broadcast together"),
+    ("...,...", [(3, 2), (4,)], "operands could not be broadcast together"),
+    ("", [], "at least one operand"),
+]
+
+
+@pytest.mark.parametrize("subscripts, shapes, match", ERRORS, ids=[e[0] or "empty" for e in ERRORS])
+def test_refusals(subscripts, shapes, match):
+    operands = arrays(*shapes)
+    with pytest.raises(ValueError, match=match):
+        np.einsum(subscripts, *operands)          # numpy refuses it too
+    with pytest.raises(ValueError, match=match):
+        tex.einsum(subscripts, *operands)
+
+
+def test_operand_count_message_says_which():
+    """numpy's message has 'more' and 'fewer' the wrong way round; tex's does not."""
+    with pytest.raises(ValueError, match=r"fewer operands .* \(1 operands for 2 terms"):
+        tex.einsum("i,i", np.ones(3))
+    with pytest.raises(ValueError, match=r"more operands .* \(2 operands for 1 terms"):
+        tex.einsum("i", np.ones(3), np.ones(3))
+
+
+def test_size_mismatch_after_a_cached_call():
+    """A cached kernel refuses sizes that do not match, with numpy's wording."""
+    tex.einsum("ij,jk->ik", *arrays((2, 3), (3, 4)))
+    with pytest.raises(ValueError, match="could not be broadcast together"):
+        tex.einsum("ij,jk->ik", *arrays((2, 3), (5, 4)))
+    tex.einsum("ii->i", *arrays((3, 3)))
+    with pytest.raises(ValueError, match="collapsing index 'i'"):
+        tex.einsum("ii->i", *arrays((3, 4)))
+
+
+def test_unsupported_dtype():
+    with pytest.raises(TypeError, match="complex128"):
+        tex.einsum("i,i", np.ones(3, complex), np.ones(3))
+
+
+# ---------------------------------------------------------------- the kernel cache
+
+@pytest.fixture
+def count_compiles(monkeypatch):
+    calls = []
+    real = einsum_module.compile_program
+
+    def counting(program):
+        calls.append(program)
+        return real(program)
+    monkeypatch.setattr(einsum_module, "compile_program", counting)
+    return calls
+
+
+def test_kernels_are_cached(count_compiles):
+    x = np.ones(5, np.float64)
+    tex.einsum("q,q->", x, x)
+    tex.einsum("q,q->", x[:3], x[:3])                  # other sizes: same kernel
+    tex.einsum("q,q->", x.astype(np.float32), x.astype(np.float32))   # new dtype
+    tex.einsum("q,q->", x, x, optimize=True)           # optimize does not matter for 2
+    assert len(count_compiles) == 2
+
+
+def test_which_dims_are_one_is_part_of_the_key(count_compiles):
+    """'qr,qr->qr' with a size-1 dimension broadcasts it: another kernel (declared 1, read
+    at 0); calls alternate between the kernels correctly, and none is compiled twice."""
+    for shapes in [((1, 3), (2, 3)), ((2, 3), (2, 3)), ((1, 3), (2, 3)), ((1, 3), (1, 3)),
+                   ((2, 1), (2, 3)), ((2, 3), (1, 3))]:
+        check("qr,qr->qr", *arrays(*shapes))
+    programs = [repr(p) for p in count_compiles]
+    assert len(programs) >= 4 and len(set(programs)) == len(programs)
+
+
+# ---------------------------------------------------------------- tex tensors: IR
+
+def test_tex_tensors_build_ir():
+    M, K, N = tex.sizes("M K N")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    v = tex.tensor("v", (N,), "float32")
+    E = tex.einsum("ik,kj->ij", A, B)
+    assert isinstance(E, tex.Definition) and E.shape == (M, N) and E.dtype == np.float32
+    F = tex.einsum("ij,j->i", E, v)                    # einsums compose: unique names
+    assert F.name != E.name
+    a, b, x = arrays((3, 4), (4, 5), (5,), dtype=np.float32)
+    f = tex.compile(F)
+    np.testing.assert_allclose(f(a, b, x), a @ b @ x, rtol=1e-5)
+    with pytest.raises(ValueError, match="could not be broadcast together"):
+        tex.einsum("ik,kj->ij", A, tex.tensor("C", (N, N), "float32"))
+    with pytest.raises(TypeError, match="out="):
+        tex.einsum("ik,kj->ij", A, B, out=np.empty((3, 5)))
+
+
+def test_einsum_program_from_specs():
+    program = tex.einsum_program("ik,kj->ij", ((3, 4), "float32"), np.ones((4, 5), np.float32))
+    assert isinstance(program, tex.Program)
+    assert [t.dtype for t in program.inputs] == [np.float32, np.float32]
+    assert len(program.sizes) == 3                     # one size symbol per label
+
+
+REFERENCE_CASES = [
+    ("ik,kj->ij", [(5, 7), (7, 3)], "float32"),
+    ("ii->i", [(4, 4)], "int16"),
+    ("ij,ij,j->ij", [(1, 3), (2, 3), (3,)], "float64"),
+    ("...ij,...jk", [(2, 3, 4), (1, 4, 5)], "float64"),
+    ("ij,jk,kl->il", [(3, 4), (4, 5), (5, 2)], "int32"),
+    ("i,i->", [(9,), (9,)], "bool"),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)], "float16"),
+]
+
+
+@pytest.mark.parametrize("subscripts, shapes, dtype", REFERENCE_CASES,
+                         ids=[c[0] for c in REFERENCE_CASES])
+def test_reference_and_compiled_agree(subscripts, shapes, dtype):
+    """One program, two evaluators: the numpy reference and the compiled kernel."""
+    operands = arrays(*shapes, dtype=dtype)
+    program = tex.einsum_program(subscripts, *operands)
+    order = [program.inputs.index(program.tensor(f"op{k}")) for k in range(len(operands))]
+    inputs = [None] * len(operands)
+    for k, pos in enumerate(order):
+        inputs[pos] = operands[k]
+    reference = evaluate(program, inputs)[0]
+    compiled = tex.compile(program)(*inputs)
+    if reference.dtype.kind in "biu":
+        np.testing.assert_array_equal(compiled, reference)
+    else:
+        rtol = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3}[reference.dtype.name]
+        np.testing.assert_allclose(compiled, reference, rtol=rtol, atol=rtol)
+    assert_close(np.asarray(compiled), np.asarray(np.einsum(subscripts, *operands)),
+                 subscripts, operands)
+
+
+# ---------------------------------------------------------------- generated cases
+
+LABELS = "abcdeAB"
+SIZES = [0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8, 9, 63, 65, 257]
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+MAX_POINTS = 6000          # bound on the product of all label sizes (numpy's loop nest)
+MAX_ELEMENTS = 4096        # bound on one operand's size
+
+
+def view(rng, shape, dtype, layout):
+    """An array of `shape` with the given memory layout (values from rng)."""
+    if layout == "transposed" and len(shape) > 1:
+        return random_array(rng, shape[::-1], dtype).T
+    if layout == "strided" and shape:
+        return random_array(rng, (2 * shape[0],) + shape[1:], dtype)[::2]
+    if layout == "reversed" and shape:
+        return random_array(rng, shape, dtype)[::-1]
+    return random_array(rng, shape, dtype)
+
+
+@st.composite
+def einsum_cases(draw):
+    labels = draw(st.permutations(LABELS))[:draw(st.integers(1, 5))]
+    size = {lb: draw(st.sampled_from(SIZES)) for lb in labels}
+    while np.prod([max(s, 1) for s in size.values()]) > MAX_POINTS:
+        size[max(size, key=size.get)] = 3
+    width = draw(st.integers(0, 2))
+    ellipsis_shape = tuple(draw(st.integers(1, 4)) for _ in range(width))
+    terms, shapes = [], []
+    for _ in range(draw(st.integers(1, 4))):
+        term = draw(st.lists(st.sampled_from(labels), max_size=4))   # repeats: diagonals
+        ones = {lb for lb in term if draw(st.integers(0, 4)) == 0}   # broadcast this label
+        shape = [1 if lb in ones else size[lb] for lb in term]
+        while np.prod(shape) > MAX_ELEMENTS:
+            term, shape = term[:-1], shape[:-1]
+        if draw(st.booleans()):
+            at = draw(st.integers(0, len(term)))
+            w = draw(st.integers(0, width))
+            dims = [1 if draw(st.integers(0, 3)) == 0 else d for d in ellipsis_shape[width - w:]]
+            term = term[:at] + ["..."] + term[at:]
+            shape = shape[:at] + dims + shape[at:]
+        terms.append("".join(term))
+        shapes.append(tuple(shape))
+    subscripts = ",".join(terms)
+    if draw(st.booleans()):                      # explicit output
+        used = sorted({c for t in terms for c in t if c != "."})
+        out = draw(st.permutations(used))[:draw(st.integers(0, len(used)))]
+        has_ellipsis = any("..." in t for t in terms)
+        if has_ellipsis and (width > 0 or draw(st.booleans())):
+            out.insert(draw(st.integers(0, len(out))), "...")
+        subscripts += "->" + "".join(out)
+    if draw(st.integers(0, 3)) == 0:
+        dtypes = [draw(st.sampled_from(DTYPES)) for _ in shapes]
+    else:
+        dtypes = [draw(st.sampled_from(DTYPES))] * len(shapes)
+    layouts = [draw(st.sampled_from(["contiguous", "transposed", "strided", "reversed"]))
+               for _ in shapes]
+    return subscripts, shapes, dtypes, layouts, draw(st.integers(0, 2**32 - 1))
+
+
+def examples(n):
+    """max_examples=n unless a hypothesis profile asks for more (--hypothesis-profile)."""
+    default = settings.default.max_examples
+    return default if default > n and default != 100 else n
+
+
+@settings(max_examples=examples(200), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(einsum_cases())
+def test_generated(case):
+    subscripts, shapes, dtypes, layouts, seed = case
+    rng = np.random.default_rng(seed)
+    operands = [view(rng, s, d, lay) for s, d, lay in zip(shapes, dtypes, layouts)]
+    try:
+        expected = np.einsum(subscripts, *operands)
+    except ValueError as err:                    # e.g. a broadcast ellipsis that numpy refuses
+        with pytest.raises(ValueError):
+            tex.einsum(subscripts, *operands)
+        return err
+    got = tex.einsum(subscripts, *operands)
+    assert_close(got, expected, subscripts, operands)
+    if len(operands) >= 3:                       # the pairwise order did not change the result
+        assert_close(tex.einsum(subscripts, *operands, optimize="optimal"), expected,
+                     subscripts, operands)

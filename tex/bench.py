@@ -141,7 +141,7 @@ def check_close(got, want):
     if got.dtype != want.dtype:
         raise AssertionError(f"dtype {got.dtype}, numpy gives {want.dtype}")
     if want.dtype.kind in "fc":
-        rtol = 1e-4 if want.dtype.itemsize <= 4 else 1e-10
+        rtol = {2: 1e-2, 4: 1e-4}.get(want.dtype.itemsize, 1e-9)
         atol = rtol * float(np.max(np.abs(want), initial=0.0))
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     else:

@@ -28,7 +28,7 @@ def _parser():
     sub = p.add_subparsers(required=True, metavar="COMMAND")
 
     d = sub.add_parser("demo", help="compile, run, verify and time the showcase")
-    d.set_defaults(command=demo)
+    d.set_defaults(command=demo_command)
 
     e = sub.add_parser("einsum", help="show the loop nest (and LLVM IR) of one einsum and "
                                       "time it against numpy.einsum")
@@ -38,7 +38,7 @@ def _parser():
     e.add_argument("--dtype", default="float32", choices=[d.name for d in tex.dtypes_supported])
     e.add_argument("--show", action="store_true", help="also print the LLVM IR")
     e.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
-    e.set_defaults(command=einsum)
+    e.set_defaults(command=einsum_command)
 
     b = sub.add_parser("bench", help="the benchmark suite, ratios against numpy in one run")
     b.add_argument("--json", metavar="FILE", help="also write the results as JSON")
@@ -77,7 +77,7 @@ def _showcase():
            partial(np.einsum, "ij,jk,kl->il", *ops))
 
 
-def demo(args, argv):
+def demo_command(args, argv):
     """Each case: compile, check against numpy, then time. 'compile' is the time of
     tex.compile plus what the first call takes beyond a steady-state call (einsum
     compiles on its first call); 'kernels' says whether they were compiled or loaded
@@ -143,7 +143,7 @@ def random_array(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
-def einsum(args, argv):
+def einsum_command(args, argv):
     rng = np.random.default_rng(0)
     arrays = [random_array(rng, s, args.dtype) for s in args.shapes]
     try:

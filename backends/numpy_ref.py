@@ -63,7 +63,8 @@ def _definition(d, env, sizes):
         value = _reduce(red, value, axes)
     else:
         value = value.reshape(full)
-    return np.ascontiguousarray(np.broadcast_to(value, tuple(ext[x] for x in d.indices)))
+    # np.array, not np.ascontiguousarray: that one turns a 0-d result into shape (1,)
+    return np.array(np.broadcast_to(value, tuple(ext[x] for x in d.indices)), order="C")
 
 
 def _index(ix, sizes, grid):
@@ -153,7 +154,9 @@ def _reduce(red, value, axes):
     if comb in ("argmax", "argmin"):
         keep = [ax for ax in range(value.ndim) if ax not in axes]
         moved = np.moveaxis(value, axes, range(value.ndim - len(axes), value.ndim))
-        flat = moved.reshape([value.shape[a] for a in keep] + [-1])
+        # the reduced length explicitly: reshape cannot infer -1 when a kept axis is 0
+        flat = moved.reshape([value.shape[a] for a in keep]
+                             + [int(np.prod([value.shape[a] for a in axes]))])
         if flat.shape[-1] == 0:
             return np.zeros(flat.shape[:-1], np.int64)
         return (np.argmax if comb == "argmax" else np.argmin)(flat, axis=-1).astype(np.int64)

@@ -229,8 +229,34 @@ def op(name, *args):
         types = ", ".join(str(_operand_dtype(a)) for a in args)
         raise TypeError(f"{name} is not defined for ({types}): {err}") from None
     in_types, out = resolved[:-1], resolved[-1]
+    unfit = [(a, t) for a, t in zip(args, in_types) if _weak_int_out_of_range(a, t)]
+    if unfit:
+        # numpy: a Python int that the integer type cannot hold is compared exactly,
+        # and refused (OverflowError) by arithmetic; never wrapped silently
+        common = None
+        if name in _COMPARISONS:
+            common = np.result_type(*(np.min_scalar_type(a.value) if _is_weak(a) else a.dtype
+                                      for a in args))
+        if common is None or common.kind not in "iuf":
+            (a, t), = unfit[:1]
+            raise OverflowError(f"{name}: Python integer {a.value} out of bounds for {t}")
+        in_types = (common,) * len(args)
     args = tuple(a if a.dtype == t else cast(a, t) for a, t in zip(args, in_types))
     return Op(name, args, dtypes.as_dtype(out, f"result of {name}"))
+
+
+_COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
+
+
+def _is_weak(e):
+    return isinstance(e, Const) and e.weak
+
+
+def _weak_int_out_of_range(e, dt):
+    if not (_is_weak(e) and type(e.value) is int and np.dtype(dt).kind in "iu"):
+        return False
+    info = np.iinfo(dt)
+    return not info.min <= e.value <= info.max
 
 
 def cast(x, dtype):
@@ -246,7 +272,8 @@ def cast(x, dtype):
 def where(cond, a, b):
     """`where(cond, a, b)`: a where cond is true, else b; numpy's promotion of a and b."""
     cond, a, b = as_expr(cond), as_expr(a), as_expr(b)
-    dt = np.result_type(_operand_dtype(a), _operand_dtype(b))
+    # weak Python scalars promote by value (NEP 50): where(c, x_f32, 1.0) stays float32
+    dt = np.result_type(*(x.value if _is_weak(x) else x.dtype for x in (a, b)))
     return Op("where", (cast(cond, "bool"), cast(a, dt), cast(b, dt)), dtypes.as_dtype(dt))
 
 
@@ -278,6 +305,8 @@ def sigmoid(x):
 def gelu(x, approximate="none"):
     """GELU: `x * Phi(x)` with the erf form, or the tanh approximation."""
     x = as_expr(x)
+    if not dtypes.is_float(x.dtype):
+        x = cast(x, dtypes.FLOAT64)     # as numpy's x * 0.5 would; x*x*x must not wrap
     if approximate == "none":
         return 0.5 * x * (1 + erf(x * 0.7071067811865476))
     if approximate == "tanh":

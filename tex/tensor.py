@@ -16,8 +16,6 @@ from .errors import ShapeError
 from .expr import (Access, Index, Reduce, affine_terms, as_expr, check_rank,
                    expr_indices, free_indices, index_symbols, rebuild, walk, with_children)
 
-_anon = itertools.count()
-
 
 class Tensor:
     """An array with a name, a shape of sympy size expressions and a dtype."""
@@ -102,14 +100,18 @@ def compute(name, out_indices, expr):
 
 
 def _lift_nested_reductions(name, out_indices, expr):
-    """Replace each reduction that is not the root by a read of a new definition."""
+    """Replace each reduction that is not the root by a read of a new definition.
+    Lifted names are numbered per definition (not by a global counter), so that building
+    an equal program twice gives equal code and the kernel cache finds it."""
+    counter = itertools.count()
+
     def lift(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Reduce):
             free = free_indices(node)
             order = [x for x in out_indices if x in free]
             order += sorted(free - set(order), key=lambda s: s.dummy_index)
-            inner = compute(f"{name}_{node.combiner}{next(_anon)}", order, node)
+            inner = compute(f"{name}_{node.combiner}{next(counter)}", order, node)
             return Access(inner, order)
         return node
 

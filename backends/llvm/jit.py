@@ -39,9 +39,8 @@ class Host:
         self.cpu = llvm.get_host_cpu_name()
         self.features = llvm.get_host_cpu_features().flatten()
         self.triple = llvm.get_process_triple()
-        target = llvm.Target.from_triple(self.triple)
-        self.machine = target.create_target_machine(cpu=self.cpu, features=self.features,
-                                                    opt=3, codemodel="jitdefault")
+        self.target = llvm.Target.from_triple(self.triple)
+        self.machine = self.new_machine()
         self.datalayout = str(self.machine.target_data)
         # libgomp reads its wait policy when it loads: idle workers must sleep, not spin,
         # or they steal the cores of numpy's BLAS threads between our calls
@@ -50,6 +49,10 @@ class Host:
             path = ctypes.util.find_library(lib)
             if path:
                 llvm.load_library_permanently(path)
+
+    def new_machine(self):
+        return self.target.create_target_machine(cpu=self.cpu, features=self.features,
+                                                 opt=3, codemodel="jitdefault")
 
     @classmethod
     def get(cls):
@@ -178,4 +181,6 @@ def _engine():
     host = Host.get()
     empty = llvm.parse_assembly("")
     empty.triple = host.triple
-    return llvm.create_mcjit_compiler(empty, host.machine)
+    # an engine takes ownership of its target machine and frees it when it is disposed:
+    # give each engine its own, never the shared host.machine (use after free, double free)
+    return llvm.create_mcjit_compiler(empty, host.new_machine())

@@ -188,7 +188,9 @@ def combine_minmax(cg, dt, a, b, float_name, int_name, uint_name, bool_op, fastm
     if kind == "bool":
         return getattr(cg.b, bool_op)(a, b)
     name = {"float": float_name, "int": int_name, "uint": uint_name}[kind]
-    return cg.b.call(cg.intrinsic(name, dt, 2), [a, b], fastmath=fastmath)
+    # fast-math flags are only valid on floating-point calls (smax/umin reject them)
+    return cg.b.call(cg.intrinsic(name, dt, 2), [a, b],
+                     fastmath=fastmath if kind == "float" else ())
 
 
 def cast_value(cg, v, src, dst):
@@ -272,6 +274,13 @@ OPS = {
 }
 
 
+# The flags on a reduction's combine step: reassociation (so that LLVM vectorizes and
+# reorders the accumulation) and FMA contraction, but not `nsz`: together with `reassoc`
+# it lets InstCombine fold the body into the accumulator, e.g. `acc + (x - x)` -> `acc`,
+# which turns the sum of `x - x` over a NaN or inf into 0 instead of NaN.
+REDUCE_FLAGS = tuple(f for f in FAST if f != "nsz")
+
+
 def _combine_arith(int_op, float_op, bool_op):
     def emit(cg, dt, acc, x, fast):
         kind = _kind(dt)
@@ -280,7 +289,7 @@ def _combine_arith(int_op, float_op, bool_op):
         if kind == "float":
             v = getattr(cg.b, float_op)(acc, x)
             if fast:
-                v.flags.extend(FAST)
+                v.flags.extend(REDUCE_FLAGS)
             return v
         return getattr(cg.b, int_op)(acc, x)
     return emit
@@ -289,7 +298,7 @@ def _combine_arith(int_op, float_op, bool_op):
 def _combine_minmax(float_name, int_name, uint_name, bool_op):
     def emit(cg, dt, acc, x, fast):
         return combine_minmax(cg, dt, acc, x, float_name, int_name, uint_name, bool_op,
-                              FAST if fast else ())
+                              REDUCE_FLAGS if fast else ())
     return emit
 
 

@@ -1,0 +1,464 @@
+"""The compiled function's calling convention and its refusals of bad input (API.md
+sections 4 and 6; issue 2, "Bad input"), definition-time errors, concurrency, and the
+generated text (IR, assembly, loop nest)."""
+import re
+import threading
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+
+import tex
+
+M, N, K = tex.sizes("M N K")
+i, j, k = tex.indices("i j k")
+
+_KERNELS = {}
+
+
+def compiled(key, build):
+    if key not in _KERNELS:
+        _KERNELS[key] = tex.compile(build())
+    return _KERNELS[key]
+
+
+def gemm(dt="float32"):
+    def build():
+        A, B = tex.tensor("A", (M, K), dt), tex.tensor("B", (K, N), dt)
+        return tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    return compiled(("gemm", dt), build)
+
+
+def axpy():
+    """inputs in order of first use: y before x."""
+    def build():
+        x, y = tex.tensor("x", (N,), "float64"), tex.tensor("y", (N,), "float64")
+        return tex.compute("Z", (i,), y[i] * 2 + x[i])
+    return compiled("axpy", build)
+
+
+def transpose():
+    X = tex.tensor("X", (M, N), "float64")
+    return compiled("transpose", lambda: tex.compute("T", (j, i), X[i, j] + 0.5))
+
+
+RNG = np.random.default_rng(0)
+A32 = RNG.standard_normal((4, 6)).astype(np.float32)
+B32 = RNG.standard_normal((6, 5)).astype(np.float32)
+
+
+# ================================================================ calling conventions
+
+def test_positional_in_order_of_first_use_by_name_and_mixed():
+    f = axpy()
+    assert f.input_names == ("y", "x")
+    x, y = np.arange(5.0), np.arange(5.0) * 10
+    want = y * 2 + x
+    np.testing.assert_array_equal(f(y, x), want)
+    np.testing.assert_array_equal(f(x=x, y=y), want)
+    np.testing.assert_array_equal(f(y, x=x), want)
+    g = gemm()
+    np.testing.assert_allclose(g(A32, B32), A32 @ B32, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g(B=B32, A=A32), A32 @ B32, rtol=1e-5, atol=1e-6)
+
+
+def test_argument_binding_errors_are_type_errors():
+    f = axpy()
+    x = np.arange(3.0)
+    with pytest.raises(TypeError, match="z"):
+        f(x, x, z=x)                       # unknown keyword
+    with pytest.raises(TypeError):
+        f(x=x, y=x, bogus=1)
+    with pytest.raises(TypeError):
+        f(x)                               # missing input
+    with pytest.raises(TypeError):
+        f(x, x, x)                         # too many positional
+    with pytest.raises(TypeError):
+        f(x, y=x)                          # y given twice
+
+
+def test_wrong_rank_names_the_tensor():
+    g = gemm()
+    with pytest.raises(tex.ShapeError, match=r"tensor A\b.*rank 2"):
+        g(A32[0], B32)
+    with pytest.raises(tex.ShapeError, match=r"tensor B\b.*rank"):
+        g(A32, B32[None])
+    with pytest.raises(tex.ShapeError, match=r"tensor A\b"):
+        g(np.float32(1.0), B32)
+    assert issubclass(tex.ShapeError, ValueError)
+
+
+def test_mismatched_sizes_name_the_tensor_and_dimension():
+    g = gemm()
+    with pytest.raises(tex.ShapeError, match=r"tensor B, dimension 0.*K"):
+        g(A32, B32[:5])
+    f = axpy()
+    with pytest.raises(tex.ShapeError, match=r"tensor x, dimension 0"):
+        f(y=np.ones(4), x=np.ones(5))
+    with pytest.raises(tex.ShapeError, match=r"tensor x, dimension 0"):
+        f(np.ones(4), np.ones(0))
+
+
+def test_dtype_without_safe_cast_is_a_type_error_naming_the_tensor():
+    g = gemm()
+    with pytest.raises(TypeError, match=r"tensor A\b"):
+        g(A32.astype(np.float64), B32)
+    with pytest.raises(TypeError, match=r"tensor B\b"):
+        g(A32, B32.astype(np.int64))
+    with pytest.raises(TypeError, match=r"tensor B\b"):
+        g(A32, B32.astype(np.complex64))
+    with pytest.raises(TypeError, match=r"tensor A\b"):
+        g(A32.astype(object), B32)
+    gi = gemm("int32")
+    with pytest.raises(TypeError, match=r"tensor A\b"):
+        gi(np.ones((2, 2), np.int64), np.ones((2, 2), np.int32))
+    with pytest.raises(TypeError, match=r"tensor A\b"):
+        gi(np.ones((2, 2), np.uint32), np.ones((2, 2), np.int32))
+
+
+def test_safe_casts_and_lists_are_accepted():
+    g = gemm()
+    a8 = np.arange(24, dtype=np.int8).reshape(4, 6)
+    np.testing.assert_allclose(g(a8, B32), a8.astype(np.float32) @ B32, rtol=1e-5)
+    np.testing.assert_allclose(g(a8.astype(np.float16), B32), a8.astype(np.float32) @ B32,
+                               rtol=1e-5)
+    np.testing.assert_allclose(g(A32 > 0, B32), (A32 > 0).astype(np.float32) @ B32,
+                               rtol=1e-5, atol=1e-6)
+    f = axpy()                             # float64 inputs: lists of Python floats and ints
+    np.testing.assert_array_equal(f([1.0, 2.0], [3.0, 4.0]), [5.0, 8.0])
+    np.testing.assert_array_equal(f(y=[1, 2], x=(3, 4)), [5.0, 8.0])
+    np.testing.assert_array_equal(f([], []), np.zeros(0))
+    gi = gemm("int64")
+    np.testing.assert_array_equal(gi([[1, 2]], [[3], [4]]), [[11]])
+    with pytest.raises(tex.ShapeError, match=r"tensor A\b"):
+        gi([1, 2], [[3], [4]])
+    with pytest.raises(TypeError, match=r"tensor A\b"):
+        gi([[1.5, 2]], [[3], [4]])
+
+
+def test_mixed_array_types_and_memory_orders():
+    f = axpy()
+    y = np.arange(6.0)
+    for xs in (np.arange(6.0).view(np.ndarray), np.ma.masked_array(np.arange(6.0)).data,
+               np.asfortranarray(np.arange(6.0)), np.float64(3.0) + np.zeros(6)):
+        np.testing.assert_array_equal(f(y, xs), y * 2 + np.asarray(xs))
+
+
+def test_scalar_inputs_and_size_expressions():
+    def build():
+        x, s = tex.tensor("x", (N,), "float64"), tex.tensor("s", (), "float64")
+        y = tex.tensor("y", (2 * N + 1,), "int32")
+        return tex.compute("Z", (i,), x[i] * s[()] + y[2 * i] - y[2 * i + 2])
+    f = compiled("scalar-and-2N", build)
+    assert f.input_names == ("x", "s", "y")
+    x, y = np.arange(4.0), np.arange(9, dtype=np.int32) ** 2
+    want = x * 2.5 + y[0:8:2] - y[2:9:2]
+    np.testing.assert_array_equal(f(x, 2.5, y), want)
+    np.testing.assert_array_equal(f(x, np.array(2.5), y), want)
+    with pytest.raises(tex.ShapeError, match=r"tensor y, dimension 0"):
+        f(x, 2.5, y[:8])
+    with pytest.raises(tex.ShapeError, match=r"tensor s\b"):
+        f(x, [2.5], y)
+
+
+def test_constant_dimensions_are_checked():
+    x, y = tex.tensor("x", (4,), "float64"), tex.tensor("y", (N,), "float64")
+    f = compiled("const-dim", lambda: tex.compute("D", (i,), x[i] * y[i]))
+    np.testing.assert_array_equal(f(np.arange(4.0), np.arange(6.0)), np.arange(4.0) ** 2)
+    np.testing.assert_array_equal(f(np.arange(4.0), np.arange(3.0)), np.arange(3.0) ** 2)
+    with pytest.raises(tex.ShapeError, match=r"tensor x, dimension 0.*4.*5"):
+        f(np.arange(5.0), np.arange(6.0))
+
+
+# ================================================================ out=
+
+SENTINEL = -12345.0
+
+
+def _sentinel(shape, dtype=np.float32):
+    return np.full(shape, SENTINEL, dtype)
+
+
+def test_out_is_written_and_returned():
+    g = gemm()
+    out = _sentinel((4, 5))
+    r = g(A32, B32, out=out)
+    assert r is out
+    np.testing.assert_allclose(out, A32 @ B32, rtol=1e-5, atol=1e-6)
+    out64 = np.zeros((4, 5), np.float64)           # float32 -> float64 is a safe cast
+    assert g(A32, B32, out=out64) is out64
+    np.testing.assert_allclose(out64, A32 @ B32, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["shape", "rank", "dtype", "readonly", "not-an-array",
+                                  "bad-input-shape", "bad-input-dtype", "tuple-count"])
+def test_refused_out_is_untouched(case):
+    g = gemm()
+    a, b = A32, B32
+    out = _sentinel((4, 5))
+    exc, match = {
+        "shape": (tex.ShapeError, r"out.*C"),
+        "rank": (tex.ShapeError, r"out.*C"),
+        "dtype": (TypeError, r"out.*C"),
+        "readonly": (ValueError, r"out.*C.*read-only"),
+        "not-an-array": (TypeError, r"out"),
+        "bad-input-shape": (tex.ShapeError, r"tensor B, dimension 0"),
+        "bad-input-dtype": (TypeError, r"tensor A\b"),
+        "tuple-count": (ValueError, r"out"),
+    }[case]
+    target = out
+    if case == "shape":
+        target = out[:, :4]
+    elif case == "rank":
+        target = out.reshape(20)
+    elif case == "dtype":
+        target = np.full((4, 5), -7, np.int32)      # float32 -> int32 is not safe
+    elif case == "readonly":
+        out.flags.writeable = False
+    elif case == "not-an-array":
+        target = out.tolist()
+    elif case == "bad-input-shape":
+        b = B32[:3]
+    elif case == "bad-input-dtype":
+        a = A32.astype(np.float64)
+    elif case == "tuple-count":
+        target = (out, out)
+    before = np.array(target, copy=True) if case != "not-an-array" else None
+    with pytest.raises(exc, match=match):
+        g(a, b, out=target)
+    np.testing.assert_array_equal(out, SENTINEL)
+    if before is not None:
+        np.testing.assert_array_equal(target, before)
+
+
+def test_out_refusals_do_not_mistake_a_safe_cast():
+    g = gemm()
+    out = np.full((4, 5), SENTINEL, np.float16)     # float32 -> float16 is not safe
+    with pytest.raises(TypeError, match=r"out.*C"):
+        g(A32, B32, out=out)
+    np.testing.assert_array_equal(out, np.float16(SENTINEL))
+
+
+def test_out_overlapping_an_input_gives_numpys_answer():
+    # elementwise, out is the input itself
+    f = axpy()
+    y = np.arange(7.0)
+    x = np.arange(7.0) * 3
+    want = y * 2 + x
+    assert f(y, x, out=y) is y
+    np.testing.assert_array_equal(y, want)
+    # a transpose-like program writing over its own (square) input
+    t = transpose()
+    X = np.arange(36.0).reshape(6, 6)
+    want = X.T + 0.5
+    t(X, out=X)
+    np.testing.assert_array_equal(X, want)
+    # a matmul writing over one of its operands
+    g = gemm("float64")
+    A = RNG.standard_normal((5, 5))
+    B = RNG.standard_normal((5, 5))
+    want = A @ B
+    g(A, B, out=B)
+    np.testing.assert_allclose(B, want, rtol=1e-12, atol=1e-12)
+    # partial overlap: out is a shifted view of the input
+    s = compiled("shift", lambda: tex.compute("S", (i,), tex.tensor("x", (N,), "float64")[i + 1]
+                                              * 2))
+    buf = np.arange(10.0)
+    want = buf[1:] * 2
+    s(buf, out=buf[:-1])
+    np.testing.assert_array_equal(buf[:-1], want)
+    buf = np.arange(10.0)
+    want = buf[1:] * 2
+    s(buf[::-1][::-1], out=buf[1:])
+    np.testing.assert_array_equal(buf[1:], want)
+
+
+def test_non_contiguous_and_odd_outs():
+    g = gemm()
+    want = A32 @ B32
+    big = _sentinel((8, 15))
+    view = big[::2, ::3]
+    g(A32, B32, out=view)
+    np.testing.assert_allclose(view, want, rtol=1e-5, atol=1e-6)
+    mask = np.ones(big.shape, bool)
+    mask[::2, ::3] = False
+    assert (big[mask] == SENTINEL).all(), "wrote outside the view"
+    tr = _sentinel((5, 4)).T                      # Fortran-ordered out
+    g(A32, B32, out=tr)
+    np.testing.assert_allclose(tr, want, rtol=1e-5, atol=1e-6)
+    rev = _sentinel((4, 5))[::-1, ::-1]
+    g(A32, B32, out=rev)
+    np.testing.assert_allclose(rev, want, rtol=1e-5, atol=1e-6)
+    mis = np.frombuffer(bytearray(4 * 20 + 1), np.float32, offset=1).reshape(4, 5)
+    assert mis.flags.writeable and not mis.flags.aligned
+    g(A32, B32, out=mis)
+    np.testing.assert_allclose(mis, want, rtol=1e-5, atol=1e-6)
+    swapped = np.zeros((4, 5), ">f4")
+    g(A32, B32, out=swapped)
+    np.testing.assert_allclose(swapped, want, rtol=1e-5, atol=1e-6)
+
+
+def test_several_outputs_and_out_tuple():
+    X = tex.tensor("X", (M, N), "float64")
+
+    def build():
+        s = tex.compute("s", (i,), tex.sum(X[i, j], over=j))
+        am = tex.compute("am", (i,), tex.argmax(X[i, j], over=j))
+        return (s, am)
+    f = compiled("two-outputs", build)
+    x = RNG.standard_normal((3, 8))
+    s, am = f(x)
+    np.testing.assert_allclose(s, x.sum(1), rtol=1e-12)
+    np.testing.assert_array_equal(am, x.argmax(1))
+    o1, o2 = np.zeros(3), np.zeros(3, np.int64)
+    r = f(x, out=(o1, o2))
+    assert r[0] is o1 and r[1] is o2
+    np.testing.assert_allclose(o1, x.sum(1), rtol=1e-12)
+    np.testing.assert_array_equal(o2, x.argmax(1))
+    bad2 = np.full(3, 7, np.int8)                    # int64 -> int8 is not safe
+    o1[:] = SENTINEL
+    with pytest.raises(TypeError, match="am"):
+        f(x, out=(o1, bad2))
+    assert (o1 == SENTINEL).all() and (bad2 == 7).all()
+
+
+# ================================================================ threads
+
+def test_concurrent_calls_from_python_threads():
+    g = gemm("float64")
+    f = axpy()
+    n_threads, rounds = 8, 30
+    errors = []
+    barrier = threading.Barrier(n_threads)
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            barrier.wait()
+            for r in range(rounds):
+                m, kk, n = rng.integers(1, 40, 3)
+                a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
+                np.testing.assert_allclose(g(a, b), a @ b, rtol=1e-10, atol=1e-12)
+                x, y = rng.standard_normal(int(m) * 50), rng.standard_normal(int(m) * 50)
+                out = np.empty_like(x)
+                f(y, x, out=out)
+                np.testing.assert_array_equal(out, y * 2 + x)
+        except Exception as err:          # noqa: BLE001 - reported by the main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[0]
+
+
+def test_the_kernel_call_releases_the_gil():
+    import ctypes
+    g = gemm()
+    # a CFUNCTYPE prototype (not PYFUNCTYPE) releases the GIL around the call
+    assert not type(g._cfunc)._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+
+
+# ================================================================ definition-time errors
+
+def test_free_index_missing_from_the_output():
+    A = tex.tensor("A", (M, N), "float32")
+    with pytest.raises(ValueError, match="j"):
+        tex.compute("C", (i,), A[i, j])
+    with pytest.raises(ValueError):
+        tex.compute("C", (i,), A[i, j] + tex.sum(A[i, j], over=j))
+
+
+def test_over_index_not_used_by_the_body():
+    A = tex.tensor("A", (M, N), "float32")
+    with pytest.raises(ValueError, match="k"):
+        tex.sum(A[i, j], over=k)
+    with pytest.raises(ValueError, match="k"):
+        tex.max(A[i, j], over=(j, k))
+    with pytest.raises(TypeError):
+        tex.sum(A[i, j], over=N)
+
+
+def test_rank_mismatch_in_indexing():
+    A = tex.tensor("A", (M, N), "float32")
+    with pytest.raises(tex.ShapeError, match="A"):
+        A[i]
+    with pytest.raises(tex.ShapeError, match="A"):
+        A[i, j, k]
+
+
+@pytest.mark.parametrize("index", ["i*j", "i*i", "i//2", "N*i", "i%3"])
+def test_non_affine_index(index):
+    A = tex.tensor("A", (N,), "float32")
+    expr = {"i*j": i * j, "i*i": i * i, "i//2": i // 2, "N*i": N * i, "i%3": i % 3}[index]
+    with pytest.raises(ValueError, match="affine"):
+        A[expr]
+
+
+def test_other_malformed_definitions():
+    A = tex.tensor("A", (M, N), "float32")
+    with pytest.raises(tex.ShapeError, match="negative"):
+        tex.compute("C", (i, j), A[i, j - 1])
+    with pytest.raises(ValueError):
+        tex.compute("C", (i, i), A[i, i])              # an output index twice
+    with pytest.raises(TypeError):
+        A[0:2, j]
+    with pytest.raises(tex.ShapeError, match="extent"):
+        tex.compute("C", (i, j, k), A[i, j])           # k: extent cannot be inferred
+    with pytest.raises(TypeError):
+        tex.tensor("X", (N,), "complex64")
+    with pytest.raises(TypeError):
+        tex.tensor("X", (N,), "not-a-dtype")
+    with pytest.raises(TypeError):
+        tex.compute("C", (i,), A[i, 0] + "x")
+    with pytest.raises(TypeError):
+        bool(A[i, 0] > 0)
+    B = tex.tensor("A", (N,), "float32")               # a second tensor named A
+    C = tex.compute("C", (i,), A[0, i] + B[i])
+    with pytest.raises(ValueError, match="A"):
+        tex.compile(C)
+
+
+# ================================================================ generated text
+
+def test_generated_text_is_available():
+    g = gemm()
+    for text in (g.llvm_ir, g.asm, g.loop_nest):
+        assert isinstance(text, str) and text.strip()
+    assert "define" in g.llvm_ir
+    assert "for" in g.loop_nest and "C" in g.loop_nest
+    assert "tex_C" in g.asm
+    assert repr(g)
+
+
+def test_asm_uses_the_host_vector_registers():
+    features = set(llvm.get_host_cpu_features().flatten().split(","))
+    if not re.match(r"(x86_64|i\d86)", llvm.get_process_triple()):
+        pytest.skip("register names checked for x86 only")
+    f = compiled("vector-add", lambda: tex.compute(
+        "V", (i,), tex.tensor("x", (N,), "float32")[i] + tex.tensor("y", (N,), "float32")[i]))
+    asm = f.asm
+    regs = {name: bool(re.search(rf"%{name}\d", asm)) for name in ("xmm", "ymm", "zmm")}
+    assert any(regs.values()), "no vector registers in the assembly"
+    if "+avx512f" not in features:
+        assert not regs["zmm"], "AVX-512 registers on a host without AVX-512"
+    if "+avx" not in features:
+        assert not regs["ymm"], "AVX registers on a host without AVX"
+    if "+avx2" in features:
+        assert regs["ymm"] or regs["zmm"], "an AVX2 host should get 256-bit (or wider) code"
+
+
+def test_buffers_lists_intermediates():
+    X = tex.tensor("X", (M, N), "float64")
+
+    def build():
+        mx = tex.compute("mx", (i,), tex.max(X[i, j], over=j))
+        return tex.compute("Y", (i, j), X[i, j] - mx[i])
+    f = compiled("buffers", build)
+    names = [b.name for b in f.buffers]
+    assert "mx" in names and "Y" not in names
+    x = RNG.standard_normal((3, 4))
+    np.testing.assert_array_equal(f(x), x - x.max(1, keepdims=True))

@@ -15,7 +15,7 @@ from tex.errors import ShapeError
 from tex.expr import Access, Const, IndexValue, Op, Reduce, affine_terms
 from tex.program import as_program
 
-from ..scheduler.lower import identity
+from ..scheduler.stage import identity
 
 
 def bind_sizes(program, arrays, params=None):

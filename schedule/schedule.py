@@ -20,7 +20,7 @@ from tex.program import as_program
 
 from . import primitives as P
 from .ir import Kernel, LoopKind, Scope
-from .lower import lower
+from .lower import buffers_for
 from .printer import format_nest
 from .stage import initial_state, lower_stage
 
@@ -172,7 +172,7 @@ class Schedule:
 
     def __init__(self, out, fast_math=True):
         self.program = as_program(out)
-        self._lowered = lower(self.program)
+        self._buffer_map = buffers_for(self.program)
         self.fast_math = fast_math
         self._states = {d: initial_state(d, fast_math) for d in self.program.definitions}
         self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
@@ -194,14 +194,15 @@ class Schedule:
         self.history.append(step)
 
     def _buffers(self):
-        return self._lowered.buffers
+        return self._buffer_map
 
     def kernel(self, fast_math=None):
         """The scheduled loop nest (tex.scheduler.ir.Kernel)."""
-        base = self._lowered.kernel
-        buffers = self._buffers()
-        body = tuple(lower_stage(self._states[d], buffers) for d in self.program.definitions)
-        return Kernel(body, base.inputs, base.outputs, base.sizes, base.params, base.bindings)
+        p, buffers = self.program, self._buffers()
+        body = tuple(lower_stage(self._states[d], buffers) for d in p.definitions)
+        return Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
+                      outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
+                      params=p.params, bindings=p.size_bindings())
 
     def auto(self):
         from .auto import auto_schedule

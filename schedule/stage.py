@@ -24,7 +24,22 @@ import sympy as sp
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
 
 from .ir import ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store, Update
-from .lower import identity
+
+
+def identity(combiner, dtype):
+    """The value a reduction starts from: the combiner's identity element."""
+    dtype = np.dtype(dtype)
+    if combiner == "sum":
+        return Const(0, dtype)
+    if combiner == "prod":
+        return Const(1, dtype)
+    big = combiner in ("min", "argmin")
+    if dtype.kind == "f":
+        return Const(np.inf if big else -np.inf, dtype)
+    if dtype.kind == "b":
+        return Const(big, dtype)
+    info = np.iinfo(dtype)
+    return Const(info.max if big else info.min, dtype)
 
 
 @dataclass(frozen=True, eq=False)

@@ -3,11 +3,12 @@
 Each raises `ScheduleError` naming the primitive, the stage, the loop and the reason.
 """
 import enum
+from dataclasses import replace
 
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Index
+from tex.expr import Index, Param
 
 from .ir import LoopKind
 from .stage import Axis
@@ -68,6 +69,9 @@ def split(state, var, factor, tail=Tail.PEEL):
     """
     axis = _require("split", state, var)
     tail = Tail.parse(tail)
+    if var is state.private:
+        _fail("split", state, f"loop {axis.name} holds private partial results; split it "
+              "before privatize")
     if isinstance(factor, bool) or not isinstance(factor, int):
         _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
     if factor < 1:
@@ -145,7 +149,7 @@ def set_kind(state, var, kind):
             LoopKind.UNROLLED: "unroll", LoopKind.SERIAL: "serial"}[kind]
     axis = _require(prim, state, var)
     red = state.reduction
-    if kind is LoopKind.PARALLEL and axis.reduction:
+    if kind is LoopKind.PARALLEL and axis.reduction and axis.var is not state.private:
         _fail(prim, state, f"loop {axis.name} is a reduction loop: threads would race on the "
               "accumulator; use split_k to split a reduction across threads")
     if kind is LoopKind.VECTOR:
@@ -157,3 +161,73 @@ def set_kind(state, var, kind):
                   f"{red.dtype}; vectorizing it reassociates the sum, and fast_math is off")
     new = [Axis(a.var, a.extent, a.reduction, kind) if a is axis else a for a in state.axes]
     return state.with_axes(new)
+
+
+def _check_reassociation(prim, state, axis):
+    red = state.reduction
+    exact = red.combiner in _EXACT_ANY_ORDER or red.dtype.kind != "f"
+    if not exact and not state.fast_math:
+        _fail(prim, state, f"loop {axis.name}: combining partial '{red.combiner}' results "
+              f"on {red.dtype} reassociates the reduction, and fast_math is off")
+
+
+def privatize(state, var):
+    """Give reduction loop `var` private partial results, merged after the loop nest.
+
+    rewrite:  for p: for r: acc = combine(acc, body)          (p a reduction loop)
+           -> for p: part[p, out] = reduce_r(body)
+              for out: C[out] = reduce_p part[p, out]          (a serial, deterministic merge)
+    requires: a reduction loop; the combiner may be reassociated; one private loop a stage.
+    """
+    axis = _require("privatize", state, var)
+    if not axis.reduction:
+        _fail("privatize", state, f"loop {axis.name} is not a reduction loop")
+    if state.private is not None:
+        _fail("privatize", state, f"loop {state.private.name} is already private")
+    if sp.sympify(axis.extent).free_symbols & {a.var for a in state.axes}:
+        _fail("privatize", state, f"loop {axis.name} has extent {show(axis.extent)}, which "
+              "depends on another loop; privatize the outer loop of a split instead")
+    _check_reassociation("privatize", state, axis)
+    return replace(state, private=var)
+
+
+def split_k(state, var, parts):
+    """Split reduction loop `var` into `parts` chunks run as an outer parallel loop, each
+    reducing into its own partial result; a merge reduction follows.
+
+    rewrite:  for k in 0..K: acc = combine(acc, body(k))
+           -> for ko in 0..P (parallel): for ki in 0..Min(c, K - ko*c): part[ko] = ...
+              merge over ko                              with c = ceil(K / P)
+    Chunks are c long and the last is shorter; P need not divide K; with P > K the empty
+    chunks hold the combiner's identity. `parts` is an integer >= 1 or a `tex.param`.
+    """
+    axis = _require("split_k", state, var)
+    if not axis.reduction:
+        _fail("split_k", state, f"loop {axis.name} is not a reduction loop (it is parallel "
+              "already: split_k splits a reduction across threads)")
+    if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
+        _fail("split_k", state, f"loop {axis.name}: parts {parts!r} is not an integer or "
+              "tex.param")
+    if isinstance(parts, int) and parts < 1:
+        _fail("split_k", state, f"loop {axis.name}: parts must be >= 1, got {parts}")
+    E = sp.sympify(axis.extent)
+    if E.free_symbols & {a.var for a in state.axes}:
+        _fail("split_k", state, f"loop {axis.name} has extent {show(E)}, which depends on "
+              "another loop")
+    P = sp.sympify(parts)
+    chunk = sp.ceiling(E / P)
+    outer = Index(fresh_name(state, axis.name + "o"))
+    inner = Index(fresh_name(state, axis.name + "i"))
+    old = axis.var
+    rebuilt = outer * chunk + inner
+    new_axes = [Axis(outer, P, True, LoopKind.PARALLEL)]
+    for a in state.axes:
+        if a is axis:
+            new_axes.append(Axis(inner, sp.Min(chunk, E - outer * chunk), True))
+        else:
+            new_axes.append(Axis(a.var, sp.sympify(a.extent).xreplace({old: rebuilt}),
+                                 a.reduction, a.kind))
+    subst = {x: e.xreplace({old: rebuilt}) for x, e in state.subst.items()}
+    guards = tuple(g.xreplace({old: rebuilt}) for g in state.guards)
+    state = state.with_axes(new_axes, subst=subst, guards=guards)
+    return privatize(state, outer), outer, inner

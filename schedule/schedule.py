@@ -15,7 +15,9 @@ import json
 from dataclasses import asdict, dataclass
 
 from tex.errors import ScheduleError
-from tex.expr import Index
+import sympy as sp
+
+from tex.expr import Index, Param
 from tex.program import as_program
 
 from . import primitives as P
@@ -42,13 +44,26 @@ class Reorder:
 
 
 @dataclass(frozen=True)
+class SplitK:
+    stage: str
+    loop: str
+    parts: object             # an int, or "param:NAME" for a call-time tex.param
+
+
+@dataclass(frozen=True)
+class Privatize:
+    stage: str
+    loop: str
+
+
+@dataclass(frozen=True)
 class SetKind:
     stage: str
     loop: str
     kind: str
 
 
-STEPS = {cls.__name__: cls for cls in (Split, Reorder, SetKind)}
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, SetKind)}
 
 
 class LoopHandle:
@@ -133,6 +148,22 @@ class StageHandle:
         self.sched._record(Split(self.name, name, factor, P.Tail.parse(tail).value))
         return LoopHandle(self, outer), LoopHandle(self, inner)
 
+    def split_k(self, loop, parts):
+        """Split a reduction loop into `parts` parallel chunks with private partial
+        results and a merge; `parts` may be `tex.param("P")` (chosen at call time)."""
+        var = self._var("split_k", loop)
+        name = var.name
+        self.state, outer, inner = P.split_k(self.state, var, parts)
+        recorded = f"param:{parts}" if isinstance(parts, Param) else parts
+        self.sched._record(SplitK(self.name, name, recorded))
+        return LoopHandle(self, outer), LoopHandle(self, inner)
+
+    def privatize(self, loop):
+        """Keep the partial results of reduction loop `loop` apart and merge them after."""
+        var = self._var("privatize", loop)
+        self.state = P.privatize(self.state, var)
+        self.sched._record(Privatize(self.name, var.name))
+
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
         pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
@@ -200,9 +231,13 @@ class Schedule:
         """The scheduled loop nest (tex.scheduler.ir.Kernel)."""
         p, buffers = self.program, self._buffers()
         body = tuple(lower_stage(self._states[d], buffers) for d in p.definitions)
+        params = set(p.params)
+        for state in self._states.values():
+            for a in state.axes:
+                params |= {x for x in sp.sympify(a.extent).free_symbols if isinstance(x, Param)}
         return Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
                       outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
-                      params=p.params, bindings=p.size_bindings())
+                      params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
 
     def auto(self):
         from .auto import auto_schedule
@@ -228,6 +263,13 @@ class Schedule:
                 stage.split(st.loop, st.factor, st.tail)
             elif isinstance(st, Reorder):
                 stage.reorder(*st.loops)
+            elif isinstance(st, SplitK):
+                parts = st.parts
+                if isinstance(parts, str) and parts.startswith("param:"):
+                    parts = Param(parts[len("param:"):])
+                stage.split_k(st.loop, parts)
+            elif isinstance(st, Privatize):
+                stage.privatize(st.loop)
             elif isinstance(st, SetKind):
                 stage._kind(st.loop, LoopKind(st.kind))
         return self

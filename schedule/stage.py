@@ -62,6 +62,7 @@ class StageState:
     subst: dict                 # original Index -> expression in loop variables
     guards: tuple = ()          # conditions every statement of the stage needs
     fast_math: bool = True
+    private: Index = None       # a reduction loop whose partial results are kept apart
 
     def axis(self, var):
         for a in self.axes:
@@ -133,9 +134,64 @@ def lower_stage(state, buffers):
         value = _retarget(d.expr, buffers, state.subst)
         return Stage(d, _nest(state.axes, [Store(out_buf, out_index, value)], state.guards))
     value = _retarget(red.body, buffers, state.subst)
-    first_red = next(n for n, a in enumerate(state.axes) if a.reduction)
+    if state.private is None:
+        return Stage(d, _reduction_nest(state, value, out_buf, out_index))
+    return Stage(d, _privatized(state, value, out_buf, out_index))
+
+
+def _privatized(state, value, out_buf, out_index):
+    """The reduction into private partials `part[p, out...]`, then their merge:
+
+        for p in 0..P:                     for i in 0..M:
+          part[p, i] = reduce(...)    ->     acc = identity
+                                             for p in 0..P: acc = combine(acc, part[p, i])
+                                             C[i] = acc
+    """
+    d, red = state.definition, state.definition.reduction
+    p_axis = state.axis(state.private)
+    arg = red.combiner in ("argmax", "argmin")
+    at_zero = {v: 0 for v in state_vars(state)}
+    parts = sp.sympify(p_axis.extent).xreplace(at_zero)
+    part_dtype = value.dtype if arg else red.dtype
+    part = Buffer(f"{d.name}_part", (parts,) + out_buf.shape, part_dtype, Scope.TEMP)
+    part_pos = Buffer(f"{d.name}_part_pos", part.shape, np.dtype("int64"), Scope.TEMP) \
+        if arg else None
+    p = state.private
+    partial = _reduction_nest(state, value, part_pos if arg else part, (p,) + out_index,
+                              values_to=part if arg else None)
+    # the merge: one serial pass over the partials for every output element (no atomics)
+    fresh = [Index(x.name) for x in d.indices]
+    q = Index(p.name)
+    merged_value = Access(part, (q, *fresh))
+    target = None
+    acc = Buffer(f"{d.name}_acc", (), part_dtype, Scope.LOCAL)
+    body = [Store(acc, (), identity(red.combiner, part_dtype))]
+    if arg:
+        pos = Buffer(f"{d.name}_pos", (), np.dtype("int64"), Scope.LOCAL)
+        target = ArgTarget(pos, (), Access(part_pos, (q, *fresh)))
+        body.append(Store(pos, (), Const(0, "int64")))
+    body.append(Loop(q, parts, (Update(acc, (), red.combiner, merged_value, state.fast_math,
+                                       target),), reduction=True))
+    body.append(Store(out_buf, tuple(fresh), Access(target.buffer if arg else acc, ())))
+    extents = [d.extents[x] for x in d.indices]
+    merge = tuple(body)
+    for n in reversed(range(len(fresh))):
+        kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
+        merge = (Loop(fresh[n], extents[n], merge, kind),)
+    return partial + merge
+
+
+def _reduction_nest(state, value, out_buf, out_index, values_to=None):
+    """The loops of a reduction writing `out_buf[out_index]` (the position, for argmax;
+    `values_to` then receives the best values too). The accumulator is initialised and
+    written back around the outermost reduction loop, with a dimension for every output
+    loop inside it -- or is the output itself when the types agree."""
+    d, red = state.definition, state.definition.reduction
+    private = state.private
+    reducing = [a.reduction and a.var is not private for a in state.axes]
+    first_red = reducing.index(True) if True in reducing else len(state.axes)
     outer, inner = state.axes[:first_red], state.axes[first_red:]
-    inner_out = [a for a in inner if not a.reduction]
+    inner_out = [a for a, r in zip(state.axes[first_red:], reducing[first_red:]) if not r]
     arg = red.combiner in ("argmax", "argmin")
     acc_dtype = value.dtype if arg else red.dtype
     if not arg and value.dtype != acc_dtype:
@@ -158,11 +214,16 @@ def lower_stage(state, buffers):
         target = ArgTarget(pos, acc_index, IndexValue(position))
         init.append(Store(pos, acc_index, Const(0, "int64")))
     update = Update(acc, acc_index, red.combiner, value, state.fast_math, target)
+    inner_axes = [Axis(a.var, a.extent, r, a.kind) for a, r in zip(inner, reducing[first_red:])]
     body = []
     out_guards = _guards_for(state, outer + tuple(inner_out))
     body += _nest(inner_out, init, out_guards)
-    body += _nest(inner, [update], state.guards)
+    body += _nest(inner_axes, [update], state.guards)
     if acc is not out_buf:
         result = Access(target.buffer if arg else acc, acc_index)
-        body += _nest(inner_out, [Store(out_buf, out_index, result)], out_guards)
-    return Stage(d, _nest(outer, body))
+        writes = [Store(out_buf, out_index, result)]
+        if values_to is not None:
+            writes.append(Store(values_to, out_index, Access(acc, acc_index)))
+        body += _nest(inner_out, writes, out_guards)
+    outer_axes = [Axis(a.var, a.extent, False, a.kind) for a in outer]
+    return _nest(outer_axes, body)

@@ -24,6 +24,8 @@ def _programs():
         "prod_rows": tex.compute("P", (i,), tex.prod(Y[i, j] * 0.5 + 0.75, over=j)),
         "elementwise": tex.compute("E", (i, j), tex.exp(Y[i, j]) * 2 - Y[i, j]),
         "full_sum": tex.compute("F", (), tex.sum(Y[i, j], over=(i, j))),
+        "argmax_cols": tex.compute("Ax", (j,), tex.argmax(Y[i, j], over=i)),
+        "min_rows_i8": tex.compute("Mn", (i,), tex.min(X[i, j], over=j)),
     }
 
 
@@ -52,10 +54,16 @@ def schedules(draw):
         loops = stage.loops
         if not loops:
             break
-        prim = draw(st.sampled_from(["split", "split", "reorder", "parallel", "unroll"]))
+        prim = draw(st.sampled_from(["split", "split", "reorder", "parallel", "unroll",
+                                     "split_k", "privatize"]))
         loop = draw(st.sampled_from(loops))
         try:
-            if prim == "split":
+            if prim == "split_k":
+                parts = draw(st.sampled_from([1, 2, 3, 7, 100, tex.param("P")]))
+                stage.split_k(loop, parts)
+            elif prim == "privatize":
+                stage.privatize(loop)
+            elif prim == "split":
                 stage.split(loop, draw(st.integers(1, 9)),
                             tail=draw(st.sampled_from(["guard", "peel"])))
             elif prim == "reorder":
@@ -68,17 +76,20 @@ def schedules(draw):
             pass                     # an illegal choice is refused; keep going
     sizes = {M: draw(st.sampled_from(SIZES)), N: draw(st.sampled_from(SIZES)),
              K: draw(st.sampled_from(SIZES))}
-    return name, s, sizes
+    params = {"P": draw(st.sampled_from([1, 2, 5, 64]))}
+    return name, s, sizes, params
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schedules(), st.integers(0, 2**31))
 def test_random_schedules_match_reference(case, seed):
-    name, s, sizes = case
+    """At least 500 (program, schedule) pairs a run: splits with both tails, reorders,
+    parallel loops, split_k with every combiner (fixed and call-time P), privatize."""
+    name, s, sizes, params = case
     program = s.program
     f = tex.compile(s)
     arrays = _inputs(program, np.random.default_rng(seed), sizes)
-    got = f(*arrays)
+    got = f(*arrays, **{p: v for p, v in params.items() if p in f.param_names})
     want, = numpy_ref.evaluate(program, arrays)
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-4, err_msg=str(s))

@@ -254,7 +254,12 @@ class Codegen:
         syms = list(self.env.items())
         bufs = list(self.memory.items())
         status = self.eb.alloca(I32, name="par.status")
+        # the last int says whether the function runs on a team (split the range by thread
+        # number) or is called directly (the whole range: inside another team, thread
+        # numbers are that team's)
         ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts]
+        ints.append(ir.Constant(I64, 0))
+        team_slot = len(ints) - 1
         ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
         ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
         ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
@@ -269,9 +274,13 @@ class Codegen:
                      b.icmp_signed(">", threads, ir.Constant(I64, 1)))
         with b.if_else(big) as (then, otherwise):
             with then:
+                b.store(ir.Constant(I64, 1), b.gep(ctx_i, [ir.Constant(I64, team_slot)],
+                                                   source_etype=I64))
                 gomp = self._extern("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
                 b.call(gomp, [fn, ctx, b.trunc(threads, I32), ir.Constant(I32, 0)])
             with otherwise:
+                b.store(ir.Constant(I64, 0), b.gep(ctx_i, [ir.Constant(I64, team_slot)],
+                                                   source_etype=I64))
                 b.call(fn, [ctx])
         ok = self.fn.append_basic_block("par.ok")
         b.cbranch(b.icmp_signed("!=", b.load(status, typ=I32), ir.Constant(I32, 0)),
@@ -292,8 +301,9 @@ class Codegen:
         def load(base, k, ty):
             return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
         ctx_i, status = load(ctx, 0, PTR), load(ctx, 1, PTR)
-        ints = iter(load(ctx_i, k, I64) for k in range(len(syms) + 2 + sum(
-            len(sts) for _, (_, sts) in bufs)))
+        n_ints = len(syms) + 2 + sum(len(sts) for _, (_, sts) in bufs)
+        on_team = b.icmp_signed("!=", load(ctx_i, n_ints, I64), ir.Constant(I64, 0))
+        ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
         self.env = {sym: next(ints) for sym, _ in syms}
         start, extent = next(ints), next(ints)
         self.memory = {}
@@ -308,6 +318,8 @@ class Codegen:
                 self._alloca(buf)                 # private to each thread
         tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
         nt = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)
+        tid = b.select(on_team, tid, ir.Constant(I64, 0))
+        nt = b.select(on_team, nt, ir.Constant(I64, 1))
         chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
         lo = b.mul(tid, chunk)
         hi = b.add(lo, chunk)
@@ -400,12 +412,11 @@ class Codegen:
                 out = b.mul(out, v)
             return out
         if isinstance(e, (sp.floor, sp.ceiling)):
-            num, den = sp.fraction(sp.together(e.args[0]))
-            if not den.is_Integer:
-                raise NotImplementedError(f"codegen: division by a non-constant in {e}")
+            num, den = sp.fraction(sp.together(e.args[0]))      # den: a constant or a param
+            d = self.index(den)
             if isinstance(e, sp.ceiling):
-                return b.neg(floor_div(b, b.neg(self.index(num)), ir.Constant(I64, int(den))))
-            return floor_div(b, self.index(num), ir.Constant(I64, int(den)))
+                return b.neg(floor_div(b, b.neg(self.index(num)), d))
+            return floor_div(b, self.index(num), d)
         if isinstance(e, sp.Mod):
             a, m = self.index(e.args[0]), self.index(e.args[1])
             return b.sub(a, b.mul(m, floor_div(b, a, m)))

@@ -85,7 +85,7 @@ class CompiledFunction:
         self._cfunc = proto(address)
         self._asm = None
         self.input_names = tuple(t.name for t in program.inputs)
-        self.param_names = tuple(str(p) for p in program.params)
+        self.param_names = tuple(str(p) for p in kernel.params)
         self._call = _make_caller(self)
         self.__call__ = self._call
         # `f(...)` looks `__call__` up on the type: a one-off subclass whose `__call__` is
@@ -160,7 +160,7 @@ def _make_caller(cf):
         raise ValueError(f"input names must be distinct from each other, from the "
                          f"parameters and from 'out': {sorted(clash) or argnames}")
     names = {s: f"_z_{s}" for s in program.sizes}
-    names.update({p: f"_p_{p}" for p in program.params})
+    names.update({p: f"_p_{p}" for p in kernel.params})
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": cf._cfunc,
          "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
@@ -191,7 +191,7 @@ def _make_caller(cf):
         L.extend(unpack)
         L.append("    except ValueError:")
         L.append(f"        raise _rank_error(_cf, ({', '.join(argnames)},)) from None")
-    for p in program.params:
+    for p in kernel.params:
         L.append(f"    if {p} is None: raise TypeError('missing call-time parameter {p}')")
         L.append(f"    {names[p]} = _index({p})")
         L.append(f"    if {names[p]} <= 0: raise ValueError('parameter {p} must be positive, "
@@ -218,7 +218,7 @@ def _make_caller(cf):
         shape = "(" + "".join(pyexpr(d, names) + ", " for d in o.shape) + ")"
         outs.append((f"_o{n}", shape))
     arrays = ", ".join(argnames + [o for o, _ in outs])
-    params = "".join(f", {names[p]}" for p in program.params) + ", _nt[0]"
+    params = "".join(f", {names[p]}" for p in kernel.params) + ", _nt[0]"
     L.append("    if out is None:")
     for n, (o, shape) in enumerate(outs):
         L.append(f"        {o} = _empty({shape}, _odt{n})")

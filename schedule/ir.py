@@ -68,6 +68,7 @@ class Loop(Node):
     kind: LoopKind = LoopKind.SERIAL
     start: sp.Expr = sp.Integer(0)
     reduction: bool = False     # iterates over a reduced index (for handles and legality)
+    tail: str = "peel"          # VECTOR loops: "peel" (scalar remainder) or "mask" (masked lanes)
 
 
 @dataclass(frozen=True, eq=False)

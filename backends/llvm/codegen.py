@@ -19,7 +19,8 @@ from llvmlite import ir
 
 from tex.expr import Access, Const, IndexValue, Op
 
-from ...scheduler.ir import Guard, Kernel, Loop, LoopKind, Scope, Stage, Store, Update, walk
+from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
+                             Update, walk)
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -125,11 +126,12 @@ class Codegen:
             self.env[s] = next(args)
         self.fail_block = fn.append_basic_block("nomem")
         self.temps = []          # stack slots holding heap pointers (null until allocated)
+        scoped = {id(n.buffer) for n in walk(k) if isinstance(n, Allocate)}
         for buf in self.buffers:
-            if buf.scope is Scope.LOCAL:
+            if buf.scope is Scope.LOCAL and id(buf) not in scoped:
                 self._alloca(buf)
         for buf in self.buffers:
-            if buf.scope is Scope.TEMP:
+            if buf.scope is Scope.TEMP and id(buf) not in scoped:
                 self._malloc(buf)
         for stmt in k.body:
             self._stmt(stmt)
@@ -204,8 +206,26 @@ class Codegen:
             self.store(s.buffer, s.index, self.value(s.value))
         elif isinstance(s, Update):
             self._update(s)
+        elif isinstance(s, Allocate):
+            self._allocate(s)
         else:
             raise NotImplementedError(f"codegen: {type(s).__name__}")
+
+    def _allocate(self, s):
+        """A buffer live only inside `s.body`: a stack slot when its size is a constant,
+        else heap memory freed when the body ends (so a loop around it does not leak)."""
+        buf = s.buffer
+        if buf.scope is Scope.LOCAL and all(sp.sympify(d).is_Integer for d in buf.shape):
+            self._alloca(buf)
+            for c in s.body:
+                self._stmt(c)
+            return
+        self._malloc(buf)
+        slot = self.temps[-1]
+        for c in s.body:
+            self._stmt(c)
+        self.b.call(self._extern("free", ir.VoidType(), [PTR]), [self.b.load(slot, typ=PTR)])
+        self.b.store(ir.Constant(PTR, None), slot)
 
     def _loop(self, loop):
         if loop.kind is LoopKind.PARALLEL:
@@ -313,8 +333,9 @@ class Codegen:
         self.fail_block = fn.append_basic_block("nomem")
         outside = _buffers_outside(self.kernel, loop)
         from ...scheduler.ir import buffers_of
+        scoped = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
         for buf in buffers_of(loop):
-            if buf.scope is Scope.LOCAL and buf not in outside:
+            if buf.scope is Scope.LOCAL and buf not in outside and id(buf) not in scoped:
                 self._alloca(buf)                 # private to each thread
         tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
         nt = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)

@@ -98,8 +98,8 @@ def split(state, var, factor, tail=Tail.PEEL):
     old = axis.var
     subst = {x: e.xreplace({old: outer * T + inner}) for x, e in state.subst.items()}
     guards = tuple(g.xreplace({old: outer * T + inner}) for g in guards)
-    new_axes = [Axis(a.var, sp.sympify(a.extent).xreplace({old: outer * T + inner}),
-                     a.reduction, a.kind) for a in new_axes]
+    new_axes = [replace(a, extent=sp.sympify(a.extent).xreplace({old: outer * T + inner}))
+                for a in new_axes]
     return state.with_axes(new_axes, subst=subst, guards=guards), outer, inner
 
 
@@ -143,8 +143,9 @@ def _check_extents(prim, state, axes):
         seen.add(a.var)
 
 
-def set_kind(state, var, kind):
-    """parallel / vectorize / unroll a loop, with each kind's legality rule."""
+def set_kind(state, var, kind, tail="peel"):
+    """parallel / vectorize / unroll a loop, with each kind's legality rule. A vector
+    loop's `tail` is "peel" (a scalar remainder loop) or "mask" (masked vector lanes)."""
     prim = {LoopKind.PARALLEL: "parallel", LoopKind.VECTOR: "vectorize",
             LoopKind.UNROLLED: "unroll", LoopKind.SERIAL: "serial"}[kind]
     axis = _require(prim, state, var)
@@ -159,7 +160,10 @@ def set_kind(state, var, kind):
                 and not state.fast_math:
             _fail(prim, state, f"loop {axis.name} carries the '{red.combiner}' dependence on "
                   f"{red.dtype}; vectorizing it reassociates the sum, and fast_math is off")
-    new = [Axis(a.var, a.extent, a.reduction, kind) if a is axis else a for a in state.axes]
+    if tail not in ("peel", "mask"):
+        _fail(prim, state, f"loop {axis.name}: tail={tail!r} is not one of 'peel', 'mask'")
+    new = [Axis(a.var, a.extent, a.reduction, kind, tail) if a is axis else a
+           for a in state.axes]
     return state.with_axes(new)
 
 
@@ -225,8 +229,7 @@ def split_k(state, var, parts):
         if a is axis:
             new_axes.append(Axis(inner, sp.Min(chunk, E - outer * chunk), True))
         else:
-            new_axes.append(Axis(a.var, sp.sympify(a.extent).xreplace({old: rebuilt}),
-                                 a.reduction, a.kind))
+            new_axes.append(replace(a, extent=sp.sympify(a.extent).xreplace({old: rebuilt})))
     subst = {x: e.xreplace({old: rebuilt}) for x, e in state.subst.items()}
     guards = tuple(g.xreplace({old: rebuilt}) for g in state.guards)
     state = state.with_axes(new_axes, subst=subst, guards=guards)

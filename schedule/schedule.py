@@ -61,6 +61,7 @@ class SetKind:
     stage: str
     loop: str
     kind: str
+    tail: str = "peel"
 
 
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, SetKind)}
@@ -180,16 +181,18 @@ class StageHandle:
         self.state = P.reorder(self.state, vars_)
         self.sched._record(Reorder(self.name, tuple(v.name for v in vars_)))
 
-    def _kind(self, loop, kind):
+    def _kind(self, loop, kind, tail="peel"):
         var = self._var(kind.value, loop)
-        self.state = P.set_kind(self.state, var, kind)
-        self.sched._record(SetKind(self.name, var.name, kind.value))
+        self.state = P.set_kind(self.state, var, kind, tail)
+        self.sched._record(SetKind(self.name, var.name, kind.value, tail))
 
     def parallel(self, loop):
         self._kind(loop, LoopKind.PARALLEL)
 
-    def vectorize(self, loop):
-        self._kind(loop, LoopKind.VECTOR)
+    def vectorize(self, loop, tail="peel"):
+        """Run the innermost loop on the host's vector registers; `tail` is "peel" (a
+        scalar remainder loop) or "mask" (masked loads and stores for the last vector)."""
+        self._kind(loop, LoopKind.VECTOR, tail)
 
     def unroll(self, loop):
         self._kind(loop, LoopKind.UNROLLED)
@@ -271,7 +274,7 @@ class Schedule:
             elif isinstance(st, Privatize):
                 stage.privatize(st.loop)
             elif isinstance(st, SetKind):
-                stage._kind(st.loop, LoopKind(st.kind))
+                stage._kind(st.loop, LoopKind(st.kind), st.tail)
         return self
 
     @property

@@ -49,6 +49,7 @@ class Axis:
     extent: sp.Expr
     reduction: bool
     kind: LoopKind = LoopKind.SERIAL
+    tail: str = "peel"          # for a vector loop: "peel" or "mask"
 
     @property
     def name(self):
@@ -109,7 +110,7 @@ def _nest(axes, body, guards=()):
         if cond is not sp.true:
             body = (Guard(cond, body),)
     for a in reversed(axes):
-        body = (Loop(a.var, a.extent, body, a.kind, reduction=a.reduction),)
+        body = (Loop(a.var, a.extent, body, a.kind, reduction=a.reduction, tail=a.tail),)
     return body
 
 
@@ -214,7 +215,8 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
         target = ArgTarget(pos, acc_index, IndexValue(position))
         init.append(Store(pos, acc_index, Const(0, "int64")))
     update = Update(acc, acc_index, red.combiner, value, state.fast_math, target)
-    inner_axes = [Axis(a.var, a.extent, r, a.kind) for a, r in zip(inner, reducing[first_red:])]
+    inner_axes = [Axis(a.var, a.extent, r, a.kind, a.tail)
+                  for a, r in zip(inner, reducing[first_red:])]
     body = []
     out_guards = _guards_for(state, outer + tuple(inner_out))
     body += _nest(inner_out, init, out_guards)
@@ -225,5 +227,5 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
         if values_to is not None:
             writes.append(Store(values_to, out_index, Access(acc, acc_index)))
         body += _nest(inner_out, writes, out_guards)
-    outer_axes = [Axis(a.var, a.extent, False, a.kind) for a in outer]
+    outer_axes = [Axis(a.var, a.extent, False, a.kind, a.tail) for a in outer]
     return _nest(outer_axes, body)

@@ -23,21 +23,24 @@ def _unit_stride_score(defn, index):
     return score
 
 
+def prefers_reduction_outside(defn):
+    """Should the last output index run inside the reduction loops (better unit stride)?"""
+    red = defn.reduction
+    return bool(red is not None and defn.indices and
+                _unit_stride_score(defn, defn.indices[-1]) > _unit_stride_score(defn, red.over[-1]))
+
+
 def auto_schedule(sched):
     for stage in sched.stages:
-        d, state = stage.definition, stage.state
-        red = d.reduction
-        if red is not None and d.indices:
+        d = stage.definition
+        if prefers_reduction_outside(d):
             last = d.indices[-1]
-            if _unit_stride_score(d, last) > _unit_stride_score(d, red.over[-1]):
-                outer = [x for x in d.indices if x is not last]
-                order = outer + list(red.over) + [last]
-                try:
-                    stage.reorder(*order)
-                except ScheduleError:      # an order the legality rules refuse: keep default
-                    pass
+            order = [x for x in d.indices if x is not last] + list(d.reduction.over) + [last]
+            try:
+                stage.reorder(*order)
+            except ScheduleError:          # an order the legality rules refuse: keep default
+                pass
         state = stage.state
         if state.axes and not state.axes[0].reduction:
             stage.parallel(stage.loops[0])
     return sched
-

@@ -72,6 +72,7 @@ def split(state, var, factor, tail=Tail.PEEL):
     if var is state.private:
         _fail("split", state, f"loop {axis.name} holds private partial results; split it "
               "before privatize")
+    _check_not_anchor("split", state, axis)
     if isinstance(factor, bool) or not isinstance(factor, int):
         _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
     if factor < 1:
@@ -130,6 +131,13 @@ def reorder(state, vars_):
                   f"loop: combiner '{red.combiner}' on {red.dtype} would be reassociated and "
                   "fast_math is off")
     return state.with_axes(new)
+
+
+def _check_not_anchor(prim, state, axis):
+    for tensor, at in state.packs + state.hosted:
+        if at is axis.var:
+            _fail(prim, state, f"loop {axis.name} anchors the local copy of {tensor.name}; "
+                  f"{prim} it before pack/compute_at")
 
 
 def _check_extents(prim, state, axes):
@@ -209,6 +217,7 @@ def split_k(state, var, parts):
     if not axis.reduction:
         _fail("split_k", state, f"loop {axis.name} is not a reduction loop (it is parallel "
               "already: split_k splits a reduction across threads)")
+    _check_not_anchor("split_k", state, axis)
     if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
         _fail("split_k", state, f"loop {axis.name}: parts {parts!r} is not an integer or "
               "tex.param")
@@ -234,3 +243,34 @@ def split_k(state, var, parts):
     guards = tuple(g.xreplace({old: rebuilt}) for g in state.guards)
     state = state.with_axes(new_axes, subst=subst, guards=guards)
     return privatize(state, outer), outer, inner
+
+
+def pack(state, tensor, var):
+    """Copy the tile of `tensor` that the loops below `var` read into a contiguous local
+    buffer at the top of each iteration of `var`; the reads are rewritten to it.
+
+    rewrite:  for ko: ... B[k, j] ...
+           -> for ko: B_pack[0..Tk, 0..Tn] = B[ko*Tk + .., jo*Tn + ..]; ... B_pack[ki, ji] ...
+    requires: the stage reads `tensor` below `var` at one offset (a single box covers all
+    reads), with indices that grow with the inner loops; the copy is clipped to the
+    tensor's bounds, so tails never read outside it.
+    """
+    axis = _require("pack", state, var)
+    reads = state.definition.reads()
+    if tensor not in reads:
+        _fail("pack", state, f"the stage does not read {getattr(tensor, 'name', tensor)}")
+    if any(t is tensor for t, _ in state.packs + state.hosted):
+        _fail("pack", state, f"{tensor.name} is already packed or computed inside this stage")
+    return replace(state, packs=state.packs + ((tensor, axis.var),))
+
+
+def host(state, producer, var):
+    """Compute `producer` (a definition this stage reads) inside loop `var`, over the box
+    of it that the loops below read, into a local buffer (compute_at)."""
+    axis = _require("compute_at", state, var)
+    if producer not in state.definition.reads():
+        _fail("compute_at", state, f"the stage does not read {producer.name}")
+    if any(p is producer for p, _ in state.hosted + state.packs):
+        _fail("compute_at", state, f"{producer.name} is already packed or computed inside "
+              "this stage")
+    return replace(state, hosted=state.hosted + ((producer, axis.var),))

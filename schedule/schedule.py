@@ -57,6 +57,20 @@ class Privatize:
 
 
 @dataclass(frozen=True)
+class Pack:
+    stage: str
+    tensor: str
+    at: str
+
+
+@dataclass(frozen=True)
+class ComputeAt:
+    stage: str              # the producer
+    consumer: str
+    at: str
+
+
+@dataclass(frozen=True)
 class SetKind:
     stage: str
     loop: str
@@ -64,7 +78,8 @@ class SetKind:
     tail: str = "peel"
 
 
-STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, SetKind)}
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
+                                         SetKind)}
 
 
 class LoopHandle:
@@ -107,6 +122,10 @@ class StageHandle:
 
     @state.setter
     def state(self, value):
+        if value.packs or value.hosted:
+            # the boxes of local copies depend on the loop order: refuse a state that
+            # no longer lowers (the error names the primitive and the tensor)
+            lower_stage(value, self.sched._buffers(), self.sched._states)
         self.sched._states[self.definition] = value
 
     @property
@@ -165,6 +184,31 @@ class StageHandle:
         self.state = P.privatize(self.state, var)
         self.sched._record(Privatize(self.name, var.name))
 
+    def pack(self, tensor, at):
+        """Copy the tile of `tensor` read below loop `at` into a contiguous buffer."""
+        if isinstance(tensor, str):
+            tensor = self.sched.program.tensor(tensor)
+        var = self._var("pack", at)
+        self.state = P.pack(self.state, tensor, var)
+        self.sched._record(Pack(self.name, tensor.name, var.name))
+
+    def compute_at(self, consumer, at):
+        """Compute this definition inside loop `at` of `consumer`, only over the part the
+        consumer reads below `at`, into a local buffer (never written to memory whole)."""
+        sched = self.sched
+        cons = consumer if isinstance(consumer, StageHandle) else sched[consumer]
+        d = self.definition
+        if d in sched.program.outputs:
+            raise ScheduleError(f"compute_at: {d.name} is an output of the program; it must be "
+                                "computed whole")
+        if d in sched._hosted_by:
+            raise ScheduleError(f"compute_at: {d.name} is already computed inside "
+                                f"{sched._hosted_by[d].name}")
+        var = cons._var("compute_at", at)
+        cons.state = P.host(cons.state, d, var)
+        sched._hosted_by[d] = cons.definition
+        sched._record(ComputeAt(self.name, cons.name, var.name))
+
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
         pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
@@ -210,6 +254,7 @@ class Schedule:
         self.fast_math = fast_math
         self._states = {d: initial_state(d, fast_math) for d in self.program.definitions}
         self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
+        self._hosted_by = {}        # producer definition -> consumer that computes it
         self.history = []
 
     def __getitem__(self, defn):
@@ -233,7 +278,8 @@ class Schedule:
     def kernel(self, fast_math=None):
         """The scheduled loop nest (tex.scheduler.ir.Kernel)."""
         p, buffers = self.program, self._buffers()
-        body = tuple(lower_stage(self._states[d], buffers) for d in p.definitions)
+        body = tuple(lower_stage(self._states[d], buffers, self._states)
+                     for d in p.definitions if d not in self._hosted_by)
         params = set(p.params)
         for state in self._states.values():
             for a in state.axes:
@@ -241,6 +287,24 @@ class Schedule:
         return Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
                       outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
                       params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
+
+    def fuse(self, consumer, at=None):
+        """Fuse `consumer` with the definition it reads: the producer is computed inside
+        the consumer's loop `at` (default: its outermost loop), tile by tile, so the
+        producer's full result is never written to memory."""
+        cons = self[consumer]
+        producers = [t for t in cons.definition.reads()
+                     if t in self._stages and t not in self._hosted_by]
+        if len(producers) != 1:
+            names = ", ".join(t.name for t in producers) or "none"
+            raise ScheduleError(f"fuse: {cons.name} must read exactly one definition to fuse "
+                                f"with (it reads: {names})")
+        if at is None:
+            if not cons.loops:
+                raise ScheduleError(f"fuse: {cons.name} has no loop to fuse into")
+            at = cons.loops[0]
+        self[producers[0]].compute_at(cons, at)
+        return self
 
     def auto(self):
         from .auto import auto_schedule
@@ -273,6 +337,10 @@ class Schedule:
                 stage.split_k(st.loop, parts)
             elif isinstance(st, Privatize):
                 stage.privatize(st.loop)
+            elif isinstance(st, Pack):
+                stage.pack(st.tensor, st.at)
+            elif isinstance(st, ComputeAt):
+                stage.compute_at(st.consumer, st.at)
             elif isinstance(st, SetKind):
                 stage._kind(st.loop, LoopKind(st.kind), st.tail)
         return self

@@ -23,7 +23,8 @@ import sympy as sp
 
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
 
-from .ir import ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store, Update
+from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
+                 Update, map_nest, walk)
 
 
 def identity(combiner, dtype):
@@ -64,6 +65,8 @@ class StageState:
     guards: tuple = ()          # conditions every statement of the stage needs
     fast_math: bool = True
     private: Index = None       # a reduction loop whose partial results are kept apart
+    packs: tuple = ()           # (tensor, loop var): copy the tile read below the loop
+    hosted: tuple = ()          # (producer definition, loop var): computed below the loop
 
     def axis(self, var):
         for a in self.axes:
@@ -125,19 +128,97 @@ def state_vars(state):
     return [a.var for a in state.axes]
 
 
-def lower_stage(state, buffers):
-    """StageState -> Stage (loop-nest IR)."""
+def lower_stage(state, buffers, states=None):
+    """StageState -> Stage (loop-nest IR). `states` holds the producers' states, for
+    definitions computed inside this stage (compute_at / fuse)."""
     d = state.definition
     out_buf = buffers[d]
     out_index = tuple(state.subst[x] for x in d.indices)
     red = d.reduction
+    value = _retarget(red.body if red is not None else d.expr, buffers, state.subst)
+    value, inserts = _local_tiles(state, value, buffers, states or {})
     if red is None:
-        value = _retarget(d.expr, buffers, state.subst)
-        return Stage(d, _nest(state.axes, [Store(out_buf, out_index, value)], state.guards))
-    value = _retarget(red.body, buffers, state.subst)
-    if state.private is None:
-        return Stage(d, _reduction_nest(state, value, out_buf, out_index))
-    return Stage(d, _privatized(state, value, out_buf, out_index))
+        body = _nest(state.axes, [Store(out_buf, out_index, value)], state.guards)
+    elif state.private is None:
+        body = _reduction_nest(state, value, out_buf, out_index)
+    else:
+        body = _privatized(state, value, out_buf, out_index)
+    for at, local, stmts in inserts:
+        body = tuple(map_nest(s, _insert_at(at, local, stmts)) for s in body)
+    return Stage(d, body)
+
+
+def _local_tiles(state, value, buffers, states):
+    """Packed copies and producers computed in place: (rewritten value, inserts), each
+    insert (loop var, local buffer, statements to run at the top of that loop)."""
+    from .region import read_box, rewrite_reads
+    inserts = []
+    loop_vars = state_vars(state)
+    extents = {a.var: a.extent for a in state.axes}
+    for tensor, at, kind in [(t, v, "pack") for t, v in state.packs] + \
+                            [(t, v, "local") for t, v in state.hosted]:
+        position = loop_vars.index(at)
+        inner = set(loop_vars[position + 1:])
+        buf = buffers[tensor]
+        prim = "pack" if kind == "pack" else "compute_at"
+        box = read_box(prim, state.definition.name, value, buf, inner, extents, loop_vars)
+        small = all(sp.sympify(z).is_Integer for z in box.size) and \
+            int(np.prod([int(z) for z in box.size])) * buf.dtype.itemsize <= 64 * 1024
+        local = Buffer(f"{tensor.name}_{kind}", box.size, buf.dtype,
+                       Scope.LOCAL if small else Scope.TEMP)
+        if kind == "pack":
+            fresh = [Index(f"{tensor.name}_p{n}") for n in range(buf.ndim)]
+            src = Access(buf, [st + e for st, e in zip(box.start, fresh)])
+            stmts = _nest([Axis(e, x, False) for e, x in zip(fresh, box.extent)],
+                          [Store(local, tuple(fresh), src)])
+        else:
+            stmts = _producer_over_box(states[tensor], box, local, buffers)
+        value = rewrite_reads(value, buf, local, box)
+        inserts.append((at, local, stmts))
+    return value, inserts
+
+
+def _producer_over_box(pstate, box, local, buffers):
+    """A producer's loop nest restricted to a box of its output, writing `local`."""
+    d = pstate.definition
+    fresh = {x: Index(x.name) for x in d.extents}
+    e_vars = [fresh[x] for x in d.indices]
+    subst = {x: st + fresh[x] for x, st in zip(d.indices, box.start)}
+    subst.update({x: fresh[x] for x in d.extents if x not in d.indices})
+    axes = [Axis(fresh[x], ext, False) for x, ext in zip(d.indices, box.extent)]
+    red = d.reduction
+    if red is not None:
+        axes += [Axis(fresh[x], d.extents[x], True) for x in red.over]
+    state = StageState(d, tuple(axes), subst, (), pstate.fast_math)
+    if red is not None and d.indices:
+        from .auto import prefers_reduction_outside
+        if prefers_reduction_outside(d):
+            last = state.axes[len(d.indices) - 1]
+            state = state.with_axes([a for a in state.axes if a is not last] + [last])
+    value = _retarget(red.body if red is not None else d.expr, buffers, subst)
+    if red is None:
+        return _nest(state.axes, [Store(local, tuple(e_vars), value)])
+    return _reduction_nest(state, value, local, tuple(e_vars))
+
+
+def _insert_at(at, local, stmts):
+    def fn(node):
+        if isinstance(node, Loop) and node.var is at and _reads(node, local):
+            return node.replace(body=(Allocate(local, tuple(stmts) + tuple(node.body)),))
+        return node
+    return fn
+
+
+def _reads(node, buf):
+    from tex.expr import walk as walk_expr
+    for n in walk(node):
+        values = [n.value] if isinstance(n, (Store, Update)) else []
+        if isinstance(n, Update) and n.arg is not None:
+            values.append(n.arg.position)
+        for v in values:
+            if any(isinstance(a, Access) and a.tensor is buf for a in walk_expr(v)):
+                return True
+    return False
 
 
 def _privatized(state, value, out_buf, out_index):

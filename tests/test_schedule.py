@@ -25,6 +25,8 @@ def _programs():
         "elementwise": tex.compute("E", (i, j), tex.exp(Y[i, j]) * 2 - Y[i, j]),
         "full_sum": tex.compute("F", (), tex.sum(Y[i, j], over=(i, j))),
         "argmax_cols": tex.compute("Ax", (j,), tex.argmax(Y[i, j], over=i)),
+        "gemm_rowmax": tex.compute("Rm", (i,), tex.max(tex.compute(
+            "G", (i, j), tex.sum(A[i, k] * B[k, j], over=k))[i, j], over=j)),
         "min_rows_i8": tex.compute("Mn", (i,), tex.min(X[i, j], over=j)),
     }
 
@@ -49,16 +51,20 @@ def schedules(draw):
     name = draw(st.sampled_from(sorted(PROGRAMS)))
     defn = PROGRAMS[name]
     s = tex.schedule(defn)
-    stage = s[defn]
+    if len(s.stages) > 1 and draw(st.booleans()):
+        s.fuse(defn, at=draw(st.sampled_from(s[defn].loops)))
+    stage = draw(st.sampled_from(s.stages))
     for _ in range(draw(st.integers(0, 5))):
         loops = stage.loops
         if not loops:
             break
         prim = draw(st.sampled_from(["split", "split", "reorder", "parallel", "unroll",
-                                     "split_k", "privatize"]))
+                                     "split_k", "privatize", "pack"]))
         loop = draw(st.sampled_from(loops))
         try:
-            if prim == "split_k":
+            if prim == "pack":
+                stage.pack(draw(st.sampled_from(stage.definition.reads())), at=loop)
+            elif prim == "split_k":
                 parts = draw(st.sampled_from([1, 2, 3, 7, 100, tex.param("P")]))
                 stage.split_k(loop, parts)
             elif prim == "privatize":

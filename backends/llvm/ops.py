@@ -9,7 +9,7 @@ gives 0 (never a SIGFPE), INT_MIN // -1 wraps, float -> int casts saturate.
 import numpy as np
 from llvmlite import ir
 
-from .codegen import FAST, I1, I64, const, value_type
+from .codegen import FAST, I1, I64, const, type_suffix, value_type
 
 
 def _kind(dt):
@@ -168,7 +168,7 @@ def _absolute(cg, e, a):
     if kind == "float":
         return cg.b.call(cg.intrinsic("fabs", e.dtype, 1), [a])
     if kind == "int":
-        fn = cg._extern(f"llvm.abs.i{a.type.width}", a.type, [a.type, I1])
+        fn = cg._extern(f"llvm.abs.{type_suffix(a.type)}", a.type, [a.type, I1])
         return cg.b.call(fn, [a, ir.Constant(I1, 0)])
     return a
 
@@ -194,11 +194,16 @@ def combine_minmax(cg, dt, a, b, float_name, int_name, uint_name, bool_op, fastm
 
 
 def cast_value(cg, v, src, dst):
-    """numpy `astype` from src to dst (float -> int saturates instead of being undefined)."""
+    """numpy `astype` from src to dst (float -> int saturates instead of being undefined).
+    `v` may be a vector: the result is a vector of as many lanes."""
     b, src, dst = cg.b, np.dtype(src), np.dtype(dst)
     sk, dk, ty = _kind(src), _kind(dst), value_type(dst)
     if src == dst:
         return v
+    width = ty.width if dk != "float" else None
+    src_width = getattr(_element(v.type), "width", None)
+    if isinstance(v.type, ir.VectorType):
+        ty = ir.VectorType(ty, v.type.count)
     if dk == "bool":
         if sk == "float":
             return b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0))
@@ -206,9 +211,9 @@ def cast_value(cg, v, src, dst):
     if sk == "bool":
         return b.zext(v, ty) if dk != "float" else b.uitofp(v, ty)
     if sk in ("int", "uint") and dk in ("int", "uint"):
-        if ty.width == v.type.width:
+        if width == src_width:
             return v
-        if ty.width < v.type.width:
+        if width < src_width:
             return b.trunc(v, ty)
         return b.sext(v, ty) if sk == "int" else b.zext(v, ty)
     if sk == "float" and dk == "float":
@@ -218,12 +223,12 @@ def cast_value(cg, v, src, dst):
     if sk == "uint":
         return b.uitofp(v, ty)
     name = "fptosi" if dk == "int" else "fptoui"
-    fn = cg._extern(f"llvm.{name}.sat.i{ty.width}.{_float_suffix(v.type)}", ty, [v.type])
+    fn = cg._extern(f"llvm.{name}.sat.{type_suffix(ty)}.{type_suffix(v.type)}", ty, [v.type])
     return b.call(fn, [v])
 
 
-def _float_suffix(ty):
-    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
+def _element(ty):
+    return ty.element if isinstance(ty, ir.VectorType) else ty
 
 
 def _cast(cg, e, a):

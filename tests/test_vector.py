@@ -1,0 +1,316 @@
+"""Explicit vector loops (backends/llvm/vector.py) against the NumPy reference: every
+combiner and dtype with both tails, awkward sizes, non-contiguous rows, guards, rows of
+accumulators (matmul in i, k, j order), loop start offsets, the width rule and the
+scalar fallbacks. Each compiled function is reused across all sizes and layouts."""
+import numpy as np
+import pytest
+import sympy as sp
+
+import tex
+from tex.backends import numpy_ref
+from tex.backends.llvm import codegen, jit, runtime
+from tex.backends.llvm.vector import plan_vector_loop, register_bits
+from tex.scheduler.ir import Loop, LoopKind, Update, map_nest, walk
+
+M, N, K = tex.sizes("M N K")
+SIZES = [0, 1, 7, 15, 16, 17, 63, 64, 65, 511, 513, 1000]
+ROWS = 3
+DTYPES = ["float32", "float64", "int8", "int16", "int32", "int64", "bool"]
+COMBINERS = ["sum", "prod", "max", "min", "argmax", "argmin"]
+
+
+def _data(rng, dtype, shape, combiner=None):
+    dt = np.dtype(dtype)
+    if dt.kind == "b":
+        return rng.random(shape) < 0.3
+    if dt.kind == "f":
+        if combiner == "prod":
+            return rng.uniform(0.9, 1.1, shape).astype(dt)
+        a = np.round(rng.standard_normal(shape), 1).astype(dt)      # rounded: ties
+        if combiner in ("max", "min", "argmax", "argmin") and a.size:
+            a.flat[rng.integers(0, a.size, max(1, a.size // 500))] = np.nan
+        return a
+    if combiner in ("argmax", "argmin"):
+        return rng.integers(-3, 4, shape).astype(dt)                # many ties
+    info = np.iinfo(dt)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000) + 1, shape).astype(dt)
+
+
+def _layouts(rng, make, n):
+    """The same logical (ROWS, n) array as several views: contiguous, every other
+    column, rows reversed, transposed storage, columns reversed."""
+    a = make((ROWS, n))
+    wide = make((ROWS, 2 * n))
+    yield "contiguous", a
+    yield "columns[::2]", wide[:, ::2]
+    yield "rows[::-1]", a[::-1]
+    yield "transposed", np.ascontiguousarray(a.T).T
+    yield "columns[::-1]", a[:, ::-1]
+
+
+def _check(got, want, dtype, n=1):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype)
+    if np.dtype(dtype).kind == "f" and want.dtype.kind == "f":
+        tol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=tol * 10 * np.sqrt(n + 1),
+                                   atol=tol * np.sqrt(n + 1), equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def _row_reduction(combiner, dtype):
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), dtype)
+    acc = None
+    if combiner == "sum" and dtype == "int8":
+        acc = "int32"                                   # widening in registers, exact
+    elif combiner in ("sum", "prod") and dtype != "bool":
+        acc = dtype
+    if combiner in ("argmax", "argmin"):
+        return tex.compute("R", (i,), getattr(tex, combiner)(X[i, j], over=j))
+    return tex.compute("R", (i,), getattr(tex, combiner)(X[i, j], over=j, dtype=acc))
+
+
+def _schedules(defn):
+    """Vectorize the innermost loop directly (mask tail, symbolic extent) and after a
+    split by 64 (peel tail, extent Min(64, N - 64*jo))."""
+    s = tex.schedule(defn)
+    s[defn].vectorize(s[defn].loops[-1], tail="mask")
+    yield "mask", s
+    s = tex.schedule(defn)
+    _, ji = s[defn].split(s[defn].loops[-1], 64)
+    s[defn].vectorize(ji, tail="peel")
+    yield "peel", s
+
+
+def _differential(f, defn, make, sizes=SIZES, dtype=None):
+    for loop in _vector_loops(f.kernel):            # the vector path, not a fallback
+        assert not isinstance(plan_vector_loop(loop), str), plan_vector_loop(loop)
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        for layout, a in _layouts(rng, make, n):
+            want = numpy_ref.evaluate(defn, [a])[0]
+            got = f(a)
+            try:
+                _check(got, want, dtype or a.dtype, n)
+            except AssertionError as err:
+                raise AssertionError(f"n={n}, {layout}: {err}") from None
+
+
+@pytest.mark.parametrize("combiner", COMBINERS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_reductions(combiner, dtype):
+    if dtype == "bool" and combiner == "prod":
+        pytest.skip("prod of bool is all(): covered by min")
+    defn = _row_reduction(combiner, dtype)
+    rng = np.random.default_rng(1)
+    for _, s in _schedules(defn):
+        f = tex.compile(s)
+        _differential(f, defn, lambda shape: _data(rng, dtype, shape, combiner))
+
+
+def test_int8_sum_widens_in_registers():
+    defn = _row_reduction("sum", "int8")
+    s = next(_schedules(defn))[1]
+    f = tex.compile(s)
+    w = plan_vector_loop(_vector_loops(s.kernel())[0]).width
+    assert f"load <{w} x i8>" in f.llvm_ir and f"sext <{w} x i8>" in f.llvm_ir
+    a = np.full((2, 1000), 127, np.int8)              # overflows int8, not int32
+    assert f(a).tolist() == [127000, 127000]
+    if jit.Host.get().has_feature("avx512f"):
+        assert "vpmovsxbd" in f.asm and "zmm" in f.asm
+
+
+def test_host_registers_in_asm():
+    host = jit.Host.get()
+    if not host.triple.startswith("x86_64"):
+        pytest.skip("register names checked on x86-64 only")
+    reg = {512: "zmm", 256: "ymm", 128: "xmm"}[register_bits(host)]
+    defn = _row_reduction("sum", "float32")
+    f = tex.compile(next(_schedules(defn))[1])
+    assert f"%{reg}" in f.asm
+
+
+def _vector_loops(kernel):
+    return [n for n in walk(kernel) if isinstance(n, Loop) and n.kind is LoopKind.VECTOR]
+
+
+def test_width_rule():
+    cases = {("sum", "int8"): (64, 32, 16), ("sum", "float32"): (16, 8, 4),
+             ("sum", "float64"): (8, 4, 2), ("argmax", "float32"): (16, 8, 4),
+             ("max", "int16"): (32, 16, 8)}
+    for (combiner, dtype), widths in cases.items():
+        s = next(_schedules(_row_reduction(combiner, dtype)))[1]
+        loop = _vector_loops(s.kernel())[0]
+        got = tuple(plan_vector_loop(loop, bits=bits).width for bits in (512, 256, 128))
+        assert got == widths, (combiner, dtype, got)
+    # int8 -> int64: 64 lanes of int64 would take 8 registers; the rule caps it at 4
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "int8")
+    S = tex.compute("S", (i,), tex.sum(X[i, j], over=j))
+    s = next(_schedules(S))[1]
+    assert plan_vector_loop(_vector_loops(s.kernel())[0], bits=512).width == 32
+    # a constant extent bounds the width: 8 columns get 8 lanes (mask: 5 get 8)
+    s = tex.schedule(S)
+    _, ji = s[S].split(j, 8)
+    s[S].vectorize(ji)
+    assert plan_vector_loop(_vector_loops(s.kernel())[0], bits=512).width == 8
+
+
+def test_scalar_fallbacks():
+    """A float sum without fast_math keeps the sequential order: the loop stays scalar."""
+    s = next(_schedules(_row_reduction("sum", "float32")))[1]
+
+    def strict(node):
+        return node.replace(fast_math=False) if isinstance(node, Update) else node
+    kernel = map_nest(s.kernel(), strict)
+    why = plan_vector_loop(_vector_loops(kernel)[0])
+    assert isinstance(why, str) and "fast_math" in why
+    f = _compile_kernel(s.program, kernel, "tex_vector_strict_sum")
+    assert "x float>" not in f.llvm_ir
+    a = np.random.default_rng(8).standard_normal((ROWS, 1000)).astype(np.float32) * 1e3
+    sequential = np.cumsum(a, axis=1, dtype=np.float32)[:, -1]
+    assert f(a).tolist() == sequential.tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "int16", "int32", "int64"])
+def test_elementwise(dtype):
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), dtype)
+    x = X[i, j]
+    if np.dtype(dtype).kind == "f":
+        body = tex.where(x > 0, tex.exp(x) * 2, -x) + tex.abs(x) * j - tex.gelu(x) \
+            + tex.maximum(x, 0.5) + (x * 100).astype("int16")
+    else:
+        body = (x // 3) % 5 + tex.abs(x) * 2 + tex.maximum(x, 0) + x ** 2 \
+            + (x > 1).astype(dtype) + x.astype("float32") * 0.5 + j
+    E = tex.compute("E", (i, j), body)
+    B = tex.compute("B", (i, j), (x > 0) & (x < 3))
+    rng = np.random.default_rng(2)
+    for defn in (E, B):
+        for _, s in _schedules(defn):
+            f = tex.compile(s)
+            _differential(f, defn, lambda shape: _data(rng, dtype, shape), SIZES[:10], dtype)
+
+
+def test_bool_rows():
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "bool")
+    x = X[i, j]
+    E = tex.compute("E", (i, j), (~x) | (x & (x ^ tex.where(x, x, x))))
+    S = tex.compute("S", (i,), tex.sum(X[i, j], over=j))            # bool -> int64
+    rng = np.random.default_rng(3)
+    for defn in (E, S):
+        for _, s in _schedules(defn):
+            _differential(tex.compile(s), defn, lambda shape: _data(rng, "bool", shape))
+
+
+@pytest.mark.parametrize("dtype,acc", [("float32", None), ("int8", "int32"),
+                                       ("float32", "float64")])
+def test_matmul_rows_of_accumulators(dtype, acc):
+    """C[i, j] += A[i, k] * B[k, j] in i, k, j order with j vectorized: the init, update
+    and write-back loops over j are vector loops whose targets move with j."""
+    i, j, k = tex.indices("i j k")
+    A = tex.tensor("A", (M, K), dtype)
+    B = tex.tensor("B", (K, N), dtype)
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k, dtype=acc))
+    rng = np.random.default_rng(4)
+    for tail in ("mask", "peel"):
+        s = tex.schedule(C)
+        s[C].reorder(i, k, j)
+        s[C].vectorize(j, tail=tail)
+        f = tex.compile(s)
+        assert len(_vector_loops(s.kernel())) >= 2
+        for m, kk, n in [(1, 1, 1), (3, 5, 17), (7, 16, 64), (4, 9, 65), (2, 3, 1000), (3, 0, 9)]:
+            a, b = _data(rng, dtype, (m, kk)), _data(rng, dtype, (kk, n))
+            for bb in (b, np.asfortranarray(b)):
+                _check(f(a, bb), numpy_ref.evaluate(C, [a, bb])[0], dtype, kk)
+
+
+@pytest.mark.parametrize("combiner", ["argmax", "max", "sum"])
+def test_column_reductions(combiner):
+    """ij->j with the reduction outside: accumulator and position rows move with j."""
+    i, j = tex.indices("i j")
+    Y = tex.tensor("Y", (M, N), "float64")
+    R = tex.compute("R", (j,), getattr(tex, combiner)(Y[i, j], over=i))
+    s = tex.schedule(R)
+    s[R].reorder(i, j)
+    s[R].vectorize(j, tail="mask")
+    f = tex.compile(s)
+    rng = np.random.default_rng(5)
+    _differential(f, R, lambda shape: _data(rng, "float64", shape, combiner), SIZES)
+
+
+def test_full_reduction_and_guard_tail():
+    """ij-> (one accumulator for the whole nest), and a split with tail='guard' whose
+    guard inside the vector loop becomes a lane mask."""
+    i, j = tex.indices("i j")
+    Y = tex.tensor("Y", (M, N), "float32")
+    F = tex.compute("F", (), tex.sum(Y[i, j], over=(i, j)))
+    G = tex.compute("G", (i,), tex.argmax(Y[i, j] * 2, over=j))
+    H = tex.compute("H", (i, j), Y[i, j] * 3 + j)
+    rng = np.random.default_rng(6)
+    for defn in (F, G, H):
+        s = tex.schedule(defn)
+        if defn is F:
+            s[F].vectorize(s[F].loops[-1], tail="peel")
+        else:
+            _, ji = s[defn].split(s[defn].loops[-1], 16, tail="guard")
+            s[defn].vectorize(ji, tail="peel")
+        f = tex.compile(s)
+        if defn is not F:                                   # the guard is a lane mask
+            w = plan_vector_loop(_vector_loops(s.kernel())[0]).width
+            assert f"<{w} x i1>" in f.llvm_ir
+        _differential(f, defn, lambda shape: _data(rng, "float32", shape, "max"), SIZES)
+
+
+def _compile_kernel(program, kernel, symbol):
+    module = codegen.build(kernel, symbol)
+    text = str(module)
+    address, engine = jit.load(text, symbol)
+    return runtime.CompiledFunction(program, kernel, text, symbol, address, engine)
+
+
+@pytest.mark.parametrize("tail", ["mask", "peel"])
+def test_loop_start_offset(tail):
+    """A vector loop that starts at 5 (for j in 5..N): lanes are counted from the start."""
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "int16")
+    S = tex.compute("S", (i,), tex.argmin(X[i, j], over=j))
+    s = tex.schedule(S)
+    s[S].vectorize(s[S].loops[-1], tail=tail)
+    kernel = s.kernel()
+
+    def shift(node):
+        if isinstance(node, Loop) and node.kind is LoopKind.VECTOR:
+            return node.replace(start=sp.Integer(5), extent=node.extent - 5)
+        return node
+    kernel = map_nest(kernel, shift)
+    f = _compile_kernel(s.program, kernel, f"tex_vector_offset_{tail}")
+    rng = np.random.default_rng(7)
+    for n in SIZES:
+        a = _data(rng, "int16", (ROWS, n), "argmin")
+        want = np.argmin(a[:, 5:], axis=1) + 5 if n > 5 else np.zeros(ROWS, np.int64)
+        assert f(a).tolist() == want.tolist(), n
+
+
+@pytest.mark.parametrize("bits", [256, 128])
+def test_narrower_hosts(bits, monkeypatch):
+    """The width rule on AVX2 and SSE/NEON-sized registers (compiled for this host, so
+    the wide vectors are legalized into narrower ones: the lane logic is what is tested)."""
+    import tex.backends.llvm.vector as vector
+    monkeypatch.setattr(vector, "register_bits", lambda host=None: bits)
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "int8")
+    Y = tex.tensor("Y", (M, N), "float64")
+    cases = [(tex.compute("S", (i,), tex.sum(X[i, j], over=j, dtype="int32")), "int8", "sum"),
+             (tex.compute("A", (i,), tex.argmax(Y[i, j], over=j)), "float64", "argmax"),
+             (tex.compute("E", (i, j), tex.exp(Y[i, j]) - j), "float64", None)]
+    rng = np.random.default_rng(9)
+    for defn, dtype, combiner in cases:
+        for _, s in _schedules(defn):
+            f = tex.compile(s)
+            w = plan_vector_loop(_vector_loops(s.kernel())[0], bits=bits).width
+            assert f"<{w} x " in f.llvm_ir
+            _differential(f, defn, lambda shape: _data(rng, dtype, shape, combiner))

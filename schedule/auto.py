@@ -6,10 +6,16 @@ correctly, only slower):
    many accesses as possible. If the last output index does that better than the
    innermost reduction index, it moves inside the reductions (the accumulator becomes
    the output row: matmul runs in i, k, j order and LLVM vectorizes j).
-2. Threads. The outermost output loop is marked parallel; the generated code runs it
-   on one thread when the work is too small to pay for waking the others.
+2. Split-K. The outermost reduction loop is split into a call-time number of parts
+   (`tex.backends.llvm.runtime.auto_parts`): 1 when the output rows already give every
+   thread enough work, else one part a thread (a full reduction `ij->` or a dot product
+   gets its threads this way). With one part the merge is a single copy pass.
+3. Threads. The parts loop and the first output loop are both parallel; at run time a
+   loop with one iteration, or too little work, stays on the calling thread, so the
+   team goes to whichever loop has the work.
 """
 from tex.errors import ScheduleError
+from tex.expr import AutoParts
 from tex.expr import Access, affine_terms, walk as walk_expr
 
 
@@ -40,7 +46,25 @@ def auto_schedule(sched):
                 stage.reorder(*order)
             except ScheduleError:          # an order the legality rules refuse: keep default
                 pass
-        state = stage.state
-        if state.axes and not state.axes[0].reduction:
-            stage.parallel(stage.loops[0])
+        _auto_split_k(stage)
+        for loop in stage.loops:
+            if not loop.is_reduction:      # the first output loop shares out the rows
+                stage.parallel(loop)
+                break
     return sched
+
+
+def _auto_split_k(stage):
+    """Split the outermost reduction loop into call-time-chosen parts (runtime.auto_parts
+    picks 1 when the output rows already feed every thread)."""
+    d, state = stage.definition, stage.state
+    red = d.reduction
+    if red is None or state.private is not None:
+        return
+    first = next(a for a in state.axes if a.reduction)
+    rows = d.extents[d.indices[0]] if d.indices else 1
+    parts = AutoParts(f"{d.name}_parts", rows, first.extent)
+    try:
+        stage.split_k(stage.loops[state.axes.index(first)], parts)
+    except ScheduleError:                  # float sums without fast_math stay whole
+        pass

@@ -50,6 +50,17 @@ class Param(sp.Symbol):
         return super().__new__(cls, name, integer=True, positive=True)
 
 
+class AutoParts(Param):
+    """A split_k part count that the call path chooses from the sizes and the thread
+    count (`s.auto()`'s split-K decision): `rows` is the extent of the loop that the
+    threads would otherwise share, `length` the extent of the reduction."""
+
+    def __new__(cls, name, rows, length):
+        obj = super().__new__(cls, name)
+        obj.rows, obj.length = sp.sympify(rows), sp.sympify(length)
+        return obj
+
+
 def _split_names(names):
     out = names.replace(",", " ").split() if isinstance(names, str) else list(names)
     if not out:

@@ -20,6 +20,7 @@ import numpy as np
 import sympy as sp
 
 from tex.errors import ShapeError
+from tex.expr import AutoParts
 from tex.program import as_program
 from tex.tensor import Definition
 
@@ -41,6 +42,15 @@ def _default_threads():
 
 
 _NUM_THREADS = [_default_threads()]     # read by every generated call path
+
+
+def auto_parts(rows, length, threads):
+    """split-K's part count at call time: split the reduction across the threads only
+    when the rows they would otherwise share are too few to keep every thread busy
+    (fewer than 4 a thread) and the reduction is long enough to amortise the merge."""
+    if threads <= 1 or rows >= 4 * threads or length < 1024 * threads:
+        return 1
+    return threads
 
 
 def set_num_threads(n):
@@ -85,7 +95,7 @@ class CompiledFunction:
         self._cfunc = proto(address)
         self._asm = None
         self.input_names = tuple(t.name for t in program.inputs)
-        self.param_names = tuple(str(p) for p in kernel.params)
+        self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
         self._call = _make_caller(self)
         self.__call__ = self._call
         # `f(...)` looks `__call__` up on the type: a one-off subclass whose `__call__` is
@@ -165,7 +175,7 @@ def _make_caller(cf):
          "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error,
-         "_nt": _NUM_THREADS}
+         "_nt": _NUM_THREADS, "_auto_parts": auto_parts}
     L = []
     kw = [f"{p}=None" for p in cf.param_names] + ["out=None"]
     L.append(f"def call({', '.join(argnames)}{', ' if argnames else ''}*, {', '.join(kw)}):")
@@ -192,6 +202,10 @@ def _make_caller(cf):
         L.append("    except ValueError:")
         L.append(f"        raise _rank_error(_cf, ({', '.join(argnames)},)) from None")
     for p in kernel.params:
+        if isinstance(p, AutoParts):
+            L.append(f"    {names[p]} = _auto_parts({pyexpr(p.rows, names)}, "
+                     f"{pyexpr(p.length, names)}, _nt[0])")
+            continue
         L.append(f"    if {p} is None: raise TypeError('missing call-time parameter {p}')")
         L.append(f"    {names[p]} = _index({p})")
         L.append(f"    if {names[p]} <= 0: raise ValueError('parameter {p} must be positive, "

@@ -54,6 +54,7 @@ class Codegen:
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         self.module = ir.Module(name=name)
         self.buffers = _kernel_buffers(kernel)
+        self.lanes = None      # while vector.py emits <lanes x T> values: intrinsics take .vN
 
     # ------------------------------------------------------------ entry point
     def build(self):
@@ -187,9 +188,9 @@ class Codegen:
 
     def intrinsic(self, name, dt, nargs):
         ty = value_type(dt)
-        suffix = {I1: "i1"}.get(ty) or (f"i{ty.width}" if isinstance(ty, ir.IntType) else
-                                         {"half": "f16", "float": "f32", "double": "f64"}[str(ty)])
-        return self._extern(f"llvm.{name}.{suffix}", ty, [ty] * nargs)
+        if self.lanes:
+            ty = ir.VectorType(ty, self.lanes)
+        return self._extern(f"llvm.{name}.{type_suffix(ty)}", ty, [ty] * nargs)
 
     # ------------------------------------------------------------ statements
     def _stmt(self, s):
@@ -234,9 +235,13 @@ class Codegen:
             return self._parallel_loop(loop)
         start = self.index(loop.start)
         end = self.b.add(start, self.index(loop.extent))
+        if loop.kind is LoopKind.VECTOR:
+            return emit_vector_loop(self, loop, start, end)
         self._serial_loop(loop, start, end)
 
-    def _serial_loop(self, loop, start, end):
+    def _serial_loop(self, loop, start, end, metadata=None):
+        """`for var in start..end` with the body's statements as scalars; `metadata`
+        replaces the loop hints of the loop's kind."""
         b = self.b
         pre = b.block
         head = self.fn.append_basic_block(f"{loop.var.name}.head")
@@ -254,7 +259,7 @@ class Codegen:
         nxt = b.add(var, ir.Constant(I64, 1))
         nxt.flags.append("nsw")
         latch = b.branch(head)
-        md = self._loop_metadata(loop)
+        md = metadata or self._loop_metadata(loop)
         if md is not None:
             latch.set_metadata("llvm.loop", md)
         var.add_incoming(nxt, b.block)
@@ -367,11 +372,7 @@ class Codegen:
             full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
             hint = self.module.add_metadata([ir.MetaDataString(
                 self.module, "llvm.loop.unroll.full" if full else "llvm.loop.unroll.enable")])
-        elif loop.kind is LoopKind.VECTOR:
-            hint = self.module.add_metadata([ir.MetaDataString(self.module,
-                                                               "llvm.loop.vectorize.enable"),
-                                             ir.Constant(I1, 1)])
-        else:
+        else:       # VECTOR loops are vectorized explicitly (vector.py)
             return None
         return _self_referential(self.module, hint)
 
@@ -518,6 +519,15 @@ def _kernel_buffers(kernel):
     return list(seen.values())
 
 
+def type_suffix(ty):
+    """The overload suffix of an intrinsic: i32, f64, v16f32, v64i8."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{type_suffix(ty.element)}"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
+
+
 def const(dt, value):
     ty = value_type(dt)
     if isinstance(ty, ir.IntType):
@@ -537,6 +547,7 @@ def floor_div(b, a, d):
 
 
 from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen's helpers)
+from .vector import emit_vector_loop  # noqa: E402
 
 
 def build(kernel, name, fast_math=True):

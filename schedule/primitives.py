@@ -218,6 +218,7 @@ def split_k(state, var, parts):
         _fail("split_k", state, f"loop {axis.name} is not a reduction loop (it is parallel "
               "already: split_k splits a reduction across threads)")
     _check_not_anchor("split_k", state, axis)
+    _check_reassociation("split_k", state, axis)
     if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
         _fail("split_k", state, f"loop {axis.name}: parts {parts!r} is not an integer or "
               "tex.param")

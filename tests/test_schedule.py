@@ -190,3 +190,89 @@ def test_threads_give_the_same_result_as_one_thread():
         tex.set_num_threads(before)
     np.testing.assert_array_equal(one, two)
     np.testing.assert_allclose(two, a @ b, rtol=1e-4, atol=1e-4)
+
+
+GOLDEN_SPLIT_K = """\
+# C
+for ko in 0..P:  # parallel
+  for i in 0..M:
+    for j in 0..N:
+      C_acc = 0.0
+      for ki in 0..Min(K - ko*ceiling(K/P), ceiling(K/P)):  # reduction
+        C_acc += (A[i, ki + ko*ceiling(K/P)] * B[ki + ko*ceiling(K/P), j])
+      C_part[ko, i, j] = C_acc
+for i_1 in 0..M:  # parallel
+  for j_1 in 0..N:
+    C_acc = 0.0
+    for ko_1 in 0..P:  # reduction
+      C_acc += C_part[ko_1, i_1, j_1]
+    C[i_1, j_1] = C_acc"""
+
+
+def test_golden_split_k_with_call_time_parts():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    s[C].split_k(s[C].loops[2], parts=tex.param("P"))
+    assert str(s) == GOLDEN_SPLIT_K
+    f = tex.compile(s)
+    assert [b.name for b in f.buffers] == ["C_part"]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((5, 13)).astype(np.float32)
+    b = rng.standard_normal((13, 3)).astype(np.float32)
+    for parts in (1, 2, 5, 13, 14, 100):          # divisors, non-divisors, P > K
+        np.testing.assert_allclose(f(a, b, P=parts), a @ b, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="missing call-time parameter P"):
+        f(a, b)
+    with pytest.raises(ValueError, match="parameter P must be positive"):
+        f(a, b, P=0)
+
+
+def test_split_k_argmax_is_bitwise_deterministic_and_first_index():
+    Am = PROGRAMS["argmin_rows"]
+    s = tex.schedule(Am)
+    s[Am].split_k(s[Am].loops[1], parts=3)
+    f = tex.compile(s)
+    y = np.random.default_rng(2).integers(0, 3, (40, 17)).astype(np.float64)
+    y[4, 7] = y[4, 11] = np.nan
+    assert np.array_equal(f(y), y.argmin(axis=1))
+    assert np.array_equal(f(y), f(y))
+
+
+def test_fuse_computes_the_producer_per_row():
+    Rm = PROGRAMS["gemm_rowmax"]
+    s = tex.schedule(Rm)
+    s.fuse(Rm)
+    text = str(s)
+    assert "alloc G_local[1, N]" in text and "# G" not in text
+    f = tex.compile(s)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((9, 7)).astype(np.float32)
+    b = rng.standard_normal((7, 65)).astype(np.float32)
+    np.testing.assert_allclose(f(a, b), (a @ b).max(axis=1), rtol=1e-5, atol=1e-5)
+    assert all(buf.shape != (sp_M, sp_N) for buf in f.buffers for sp_M, sp_N in [(M, N)])
+
+
+def test_more_refusals_name_the_loop():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    i, j, k = s[C].loops
+    with pytest.raises(tex.ScheduleError, match="split_k: .*loop i is not a reduction loop"):
+        s[C].split_k(i, 2)
+    with pytest.raises(tex.ScheduleError, match="split_k: .*parts must be >= 1, got 0"):
+        s[C].split_k(k, 0)
+    with pytest.raises(tex.ScheduleError, match="privatize: .*loop j is not a reduction loop"):
+        s[C].privatize(j)
+    X = tex.tensor("Xq", (M, N), "float32")
+    with pytest.raises(tex.ScheduleError, match="pack: .*does not read Xq"):
+        s[C].pack(X, at=i)
+    s[C].pack(C.reads()[1], at=k)
+    with pytest.raises(tex.ScheduleError, match="split: .*loop k anchors the local copy of B"):
+        s[C].split(k, 4)
+    F = PROGRAMS["full_sum"]
+    s2 = tex.schedule(F, fast_math=False)
+    with pytest.raises(tex.ScheduleError, match="split_k: .*reassociates the reduction"):
+        s2[F].split_k(s2[F].loops[0], 2)
+    Rm = PROGRAMS["gemm_rowmax"]
+    s3 = tex.schedule(Rm)
+    with pytest.raises(tex.ScheduleError, match="compute_at: Rm is an output"):
+        s3[Rm].compute_at(s3[Rm], s3[Rm].loops[0])

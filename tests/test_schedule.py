@@ -276,3 +276,22 @@ def test_more_refusals_name_the_loop():
     s3 = tex.schedule(Rm)
     with pytest.raises(tex.ScheduleError, match="compute_at: Rm is an output"):
         s3[Rm].compute_at(s3[Rm], s3[Rm].loops[0])
+
+
+def test_split_k_reference_shape_from_the_discussion():
+    """C[123x456] = A[123x51234] @ B[51234x456] with parts=77 (does not divide 51234)
+    and with a call-time P."""
+    C = PROGRAMS["matmul"]
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((123, 51234), dtype=np.float32)
+    b = rng.standard_normal((51234, 456), dtype=np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(want).max()
+    for parts in (77, tex.param("P")):
+        s = tex.schedule(C)
+        i, j, k = s[C].loops
+        ko, ki = s[C].split_k(k, parts=parts)
+        s[C].reorder(ko, i, ki, j)
+        f = tex.compile(s)
+        got = f(a, b) if parts == 77 else f(a, b, P=5)
+        assert np.abs(got - want).max() / scale < 1e-5

@@ -275,6 +275,46 @@ def rowsum_i8_4096x16384_i32(opts):
     return _rowsum(opts, (4096, 16384), "int8", "int32")
 
 
+@workload
+def splitk_123x51234x456(opts):
+    """C[123x456] = A[123x51234] @ B[51234x456] float32 with the auto schedule (its
+    split-K decision included) vs numpy's BLAS, the shape of the split-K discussion."""
+    m, k, n = 123, 51234, 456
+    M, N, K = tex.sizes("M N K")
+    i, j, kk = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    f = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, kk] * B[kk, j], over=kk)))
+    rng = _rng()
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    opts = Options(**{**vars(opts), "repeat": min(opts.repeat, 3)})
+    return compare(partial(f, a, b), partial(np.matmul, a, b), opts,
+                   unit="GFLOP/s", work=2 * m * n * k)
+
+
+@workload
+def threads_scale_scaled_add_64mib(opts):
+    """y = 2*x + 1 over 64 MiB of float32 (a parallel elementwise kernel): tex on all
+    threads ("tex") against tex on one thread (in the numpy column), so the ratio is the
+    speedup of the threads; the rate is the bandwidth counted as bytes read + written."""
+    n = 16 * 1024 * 1024
+    N = tex.sizes("N")
+    i = tex.indices("i")
+    X = tex.tensor("X", (N,), "float32")
+    f = tex.compile(tex.compute("Y", (i,), X[i] * 2 + 1))
+    x = _rng().standard_normal(n, dtype=np.float32)
+    y = np.empty_like(x)
+    threads = tex.get_num_threads()
+
+    def one_thread():
+        tex.set_num_threads(1)
+        try:
+            return f(x, out=y)
+        finally:
+            tex.set_num_threads(threads)
+    return compare(partial(f, x, out=y), one_thread, opts, unit="GB/s", work=2 * x.nbytes)
+
+
 # ---------------------------------------------------------------- running and reporting
 
 def select(substring=None):

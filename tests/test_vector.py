@@ -1,7 +1,8 @@
-"""Explicit vector loops (backends/llvm/vector.py) against the NumPy reference: every
-combiner and dtype with both tails, awkward sizes, non-contiguous rows, guards, rows of
-accumulators (matmul in i, k, j order), loop start offsets, the width rule and the
-scalar fallbacks. Each compiled function is reused across all sizes and layouts."""
+"""Explicit vector loops (backends/llvm/vector.py, vector_plan.py) against the NumPy
+reference: every combiner and dtype with both tails, awkward sizes, non-contiguous rows,
+guards, rows of accumulators (matmul in i, k, j order), loop start offsets, the width
+rule and the scalar fallbacks. Each compiled function is reused across all sizes and
+layouts."""
 import numpy as np
 import pytest
 import sympy as sp
@@ -9,7 +10,7 @@ import sympy as sp
 import tex
 from tex.backends import numpy_ref
 from tex.backends.llvm import codegen, jit, runtime
-from tex.backends.llvm.vector import plan_vector_loop, register_bits
+from tex.backends.llvm.vector_plan import plan_vector_loop, register_bits
 from tex.scheduler.ir import Loop, LoopKind, Update, map_nest, walk
 
 M, N, K = tex.sizes("M N K")
@@ -137,14 +138,16 @@ def _vector_loops(kernel):
 
 
 def test_width_rule():
-    cases = {("sum", "int8"): (64, 32, 16), ("sum", "float32"): (16, 8, 4),
-             ("sum", "float64"): (8, 4, 2), ("argmax", "float32"): (16, 8, 4),
-             ("max", "int16"): (32, 16, 8)}
-    for (combiner, dtype), widths in cases.items():
+    # (W at 512, 256, 128 bits), U: the main loop's accumulators span U registers
+    cases = {("sum", "int8"): ((64, 32, 16), 1), ("sum", "float32"): ((16, 8, 4), 4),
+             ("sum", "float64"): ((8, 4, 2), 4), ("argmax", "float32"): ((16, 8, 4), 4),
+             ("max", "int16"): ((32, 16, 8), 4)}
+    for (combiner, dtype), (widths, unroll) in cases.items():
         s = next(_schedules(_row_reduction(combiner, dtype)))[1]
         loop = _vector_loops(s.kernel())[0]
-        got = tuple(plan_vector_loop(loop, bits=bits).width for bits in (512, 256, 128))
-        assert got == widths, (combiner, dtype, got)
+        plans = [plan_vector_loop(loop, bits=bits) for bits in (512, 256, 128)]
+        assert tuple(p.width for p in plans) == widths, (combiner, dtype)
+        assert {p.unroll for p in plans} == {unroll}, (combiner, dtype)
     # int8 -> int64: 64 lanes of int64 would take 8 registers; the rule caps it at 4
     i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "int8")
@@ -299,8 +302,8 @@ def test_loop_start_offset(tail):
 def test_narrower_hosts(bits, monkeypatch):
     """The width rule on AVX2 and SSE/NEON-sized registers (compiled for this host, so
     the wide vectors are legalized into narrower ones: the lane logic is what is tested)."""
-    import tex.backends.llvm.vector as vector
-    monkeypatch.setattr(vector, "register_bits", lambda host=None: bits)
+    import tex.backends.llvm.vector_plan as vector_plan
+    monkeypatch.setattr(vector_plan, "register_bits", lambda host=None: bits)
     i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "int8")
     Y = tex.tensor("Y", (M, N), "float64")

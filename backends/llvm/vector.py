@@ -4,10 +4,12 @@ A vector loop `for x in s..s+E` whose body holds Store / Update / Guard statemen
 emitted as
 
     if every access that moves with x has a runtime step of exactly one element:
-        acc_vec = identity                           (one per reduction along x)
-        for v in s .. s + E - E%W step W:  body on <W x T> vectors, lanes v..v+W-1
+        acc_vec = identity                       (one per reduction along x, U*W lanes)
+        for v in s .. s + E - E%(U*W) step U*W:  body on <U*W x T> vectors
+        acc_vec = fold its U registers into W lanes            (only when U > 1)
+        for v in .. s + E - E%W step W:          body on <W x T> vectors
         tail "mask": if E%W: body once more with lane mask (lane < E%W)
-        acc = combine(acc, horizontal(acc_vec))      (one horizontal step per loop)
+        acc = combine(acc, horizontal(acc_vec))  (one horizontal step per loop)
         tail "peel": for x in s + E - E%W .. s+E: the scalar body
     else:
         the scalar loop (right for any strides: views, reversed and transposed rows)
@@ -19,6 +21,12 @@ Rules:
   on AVX-512: four int32 accumulator registers, independent chains). W is halved while
   the widest value type in the body would take more than MAX_REGISTERS registers, and
   is capped by a constant bound of the extent (a 8-wide inner loop gets W = 8).
+- Unroll. With a reduction along x, the accumulator's dependence chain (an add of
+  latency 3-4, argmax's compare and select) would limit the loop, so the main loop
+  runs U*W lanes: U doubles while the accumulator type fits MAX_REGISTERS registers,
+  every value 2*MAX_REGISTERS, and a constant extent bound four wide vectors (float32
+  sums and argmax on AVX-512: U = 4, four independent zmm chains; int8 -> int32: U = 1).
+  LLVM splits a <U*W x T> operation into U independent register operations.
 - Accesses. An access whose index moves with x by a coefficient c (affine; c may be a
   size) has step sum_d c_d * stride_d elements; stride values are runtime, so the unit
   step is checked before the loop (the versioning above). A unit step is a plain
@@ -29,22 +37,25 @@ Rules:
   take the `.vN` suffix); ops with no vector form (libm's erf, integer power) run lane
   by lane (extract, scalar op, insert).
 - Updates. A target that does not move with x is a reduction along the vector loop: a
-  <W x T> accumulator starts at the combiner's identity (argmax/argmin: the identity
+  vector accumulator starts at the combiner's identity (argmax/argmin: the identity
   value at position INT64_MAX, which never wins a tie), and one horizontal step after
   the loop (llvm.vector.reduce.*, a shuffle tree for argmax/argmin with ops._better's
-  tie rule) is combined into the target. A float sum/prod without fast_math is not
-  reassociated: its loop stays scalar. A target that moves with x is loaded, combined
-  and stored as vectors (C[i, j] += A[i, k] * B[k, j] with j vectorized).
+  tie rule) is combined into the target. When an argmax lane's positions grow with x,
+  the first wide vector fills the lanes and the main loop needs no tie test
+  (`_increasing_better`: one compare and a select on the chain). A float sum/prod
+  without fast_math is not reassociated: its loop stays scalar. A target that moves
+  with x is loaded, combined and stored as vectors (C[i, j] += A[i, k] * B[k, j] with
+  j vectorized).
 - Masks. Guards whose condition moves with x become lane masks; a masked statement
   uses llvm.masked.load/store and masked-off lanes keep the accumulator unchanged (they
   contribute the identity). A guard that does not move with x stays a branch.
-- Falls back to the scalar loop (with the reason in `plan_vector_loop`): statements
-  other than Store/Update/Guard, a Store to an element that does not move with x, an
-  index or guard that is not affine in x, a buffer written in the loop and accessed
-  there at another index, a float sum/prod reduction without fast_math.
+- Falls back to the scalar loop (vector_plan.py decides; `plan_vector_loop` gives the
+  reason): statements other than Store/Update/Guard, a Store to an element that does
+  not move with x, an index or guard that is not affine in x, a buffer written in the
+  loop and accessed there at another index, a float sum/prod reduction without
+  fast_math, a constant extent below 2.
 """
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
@@ -52,208 +63,19 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Store, Update
+from ...scheduler.ir import Guard, Store
 from ...scheduler.stage import identity
 from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
                       type_suffix, value_type)
-from .jit import Host
 from .ops import COMBINE, OPS, _better
+from .vector_plan import affine_coefficient, itemsize, plan_vector_loop
 
-MAX_REGISTERS = 4          # the widest value type of a body fills at most this many
 INT64_MAX = (1 << 63) - 1
-
-
-def register_bits(host=None):
-    """The vector register width of the host: 512 (avx512f), 256 (avx2) or 128."""
-    host = host or Host.get()
-    if host.has_feature("avx512f"):
-        return 512
-    if host.has_feature("avx2"):
-        return 256
-    return 128
-
-
-def _itemsize(dt):
-    return np.dtype(dt).itemsize
-
-
-def _affine_coefficient(expr, var):
-    """c such that expr = c*var + rest with c and rest free of var; 0 if var is absent,
-    None if expr is not affine in var."""
-    expr = sp.sympify(expr)
-    if var not in expr.free_symbols:
-        return sp.Integer(0)
-    expr = sp.expand(expr)
-    c = expr.coeff(var)
-    if var in c.free_symbols or var in sp.expand(expr - c * var).free_symbols:
-        return None
-    return c
 
 
 def _per_lane(e):
     """Ops that have no vector form: libm's erf, integer power (a scalar helper)."""
     return e.name == "erf" or (e.name == "power" and np.dtype(e.dtype).kind in "iub")
-
-
-@dataclass
-class VectorPlan:
-    """What the analysis of one vector loop found."""
-    width: int
-    moving: list = field(default_factory=list)      # (buffer, index) that move with x
-    reductions: list = field(default_factory=list)  # Updates whose target does not move
-    guards_of: dict = field(default_factory=dict)   # id(Update) -> enclosing fixed guards
-    dependent: set = field(default_factory=set)     # ids of value nodes that move with x
-
-
-class _Refuse(Exception):
-    pass
-
-
-def plan_vector_loop(loop, fast_math=True, bits=None):
-    """A VectorPlan, or a string saying why the loop stays scalar."""
-    try:
-        return _Planner(loop, fast_math, bits or register_bits()).plan()
-    except _Refuse as why:
-        return str(why)
-
-
-class _Planner:
-    def __init__(self, loop, fast_math, bits):
-        self.loop, self.var, self.fast_math, self.bits = loop, loop.var, fast_math, bits
-        self.plan_ = VectorPlan(0)
-        self.writes = {}            # buffer -> index written in the loop
-        self.reads = []             # (buffer, index) read
-        self.sizes = []             # element sizes of values in registers
-        self.coeffs = {}
-
-    def coefficient(self, expr):
-        key = sp.sympify(expr)
-        if key not in self.coeffs:
-            self.coeffs[key] = _affine_coefficient(key, self.var)
-        c = self.coeffs[key]
-        if c is None:
-            raise _Refuse(f"index {expr} is not affine in {self.var.name}")
-        return c
-
-    def moves(self, index):
-        return any(self.coefficient(ix) != 0 for ix in index)
-
-    def plan(self):
-        self.statements(self.loop.body, ())
-        for buf, index in self.reads:
-            if buf in self.writes and self.writes[buf] != tuple(index):
-                raise _Refuse(f"{buf.name} is written and read at different indices")
-        for u in self.plan_.reductions:
-            for buf in [u.buffer] + ([u.arg.buffer] if u.arg else []):
-                if any(b is buf for b, _ in self.reads) or self.writes.get(buf) != "reduce":
-                    raise _Refuse(f"accumulator {buf.name} is used by other statements")
-        self.plan_.width = self.width()
-        return self.plan_
-
-    def write(self, buf, index, reduce=False):
-        key = "reduce" if reduce else tuple(index)
-        if buf in self.writes and self.writes[buf] != key:
-            raise _Refuse(f"{buf.name} is written twice at different indices")
-        self.writes[buf] = key
-        self.sizes.append(_itemsize(buf.dtype))
-        if not reduce:
-            self.plan_.moving.append((buf, tuple(index)))
-
-    def statements(self, body, guards):
-        for s in body:
-            if isinstance(s, Guard):
-                conds = [s.cond] if not isinstance(s.cond, sp.And) else list(s.cond.args)
-                fixed = tuple(c for c in conds if self.var not in c.free_symbols)
-                for c in conds:
-                    if c not in fixed:
-                        self.condition(c)
-                self.statements(s.body, guards + fixed)
-            elif isinstance(s, Store):
-                if not self.moves(s.index):
-                    raise _Refuse(f"store to {s.buffer.name} does not move with the loop")
-                self.write(s.buffer, s.index)
-                self.value(s.value)
-            elif isinstance(s, Update):
-                self.update(s, guards)
-            else:
-                raise _Refuse(f"{type(s).__name__} inside the loop")
-
-    def update(self, s, guards):
-        self.value(s.value)
-        if s.arg is not None:
-            self.value(s.arg.position)
-            self.sizes.append(8)
-        if self.moves(s.index) or (s.arg is not None and self.moves(s.arg.index)):
-            if s.arg is not None and not (self.moves(s.index) and self.moves(s.arg.index)):
-                raise _Refuse("argmax value and position targets move differently")
-            self.write(s.buffer, s.index)
-            if s.arg is not None:
-                self.write(s.arg.buffer, s.arg.index)
-            return
-        dt = np.dtype(s.buffer.dtype)
-        if dt.kind == "f" and s.combiner in ("sum", "prod") and not (s.fast_math and
-                                                                     self.fast_math):
-            raise _Refuse(f"'{s.combiner}' on {dt} is not reassociated without fast_math")
-        self.write(s.buffer, s.index, reduce=True)
-        if s.arg is not None:
-            self.write(s.arg.buffer, s.arg.index, reduce=True)
-        self.plan_.reductions.append(s)
-        self.plan_.guards_of[id(s)] = guards
-
-    def condition(self, c):
-        if isinstance(c, (sp.And, sp.Or)):
-            for a in c.args:
-                self.condition(a)
-        elif isinstance(c, sp.core.relational.Relational):
-            self.coefficient(c.lhs - c.rhs)
-        else:
-            raise _Refuse(f"guard {c} is not a comparison")
-
-    def value(self, e):
-        """Record accesses and register sizes; returns whether e moves with x."""
-        if isinstance(e, Access):
-            moving = self.moves(e.index)
-            self.reads.append((e.tensor, tuple(e.index)))
-            if moving:
-                self.plan_.moving.append((e.tensor, tuple(e.index)))
-        elif isinstance(e, IndexValue):
-            moving = self.coefficient(e.expr) != 0
-        elif isinstance(e, Op):
-            moving = False
-            for a in e.args:
-                moving |= self.value(a)       # every argument: each records its accesses
-        else:
-            moving = False
-        if moving:
-            self.plan_.dependent.add(id(e))
-            self.sizes.append(_itemsize(e.dtype))
-        return moving
-
-    def width(self):
-        moving = [_itemsize(buf.dtype) for buf, _ in self.plan_.moving]
-        narrow = min(moving or self.sizes or [8])
-        wide = max(self.sizes or [narrow])
-        w = self.bits // (8 * narrow)
-        while w > 2 and w * wide * 8 > MAX_REGISTERS * self.bits:
-            w //= 2
-        bound = _constant_bound(self.loop.extent)
-        if bound is not None and bound >= 1:
-            fit = 1 << (bound.bit_length() - 1)               # largest power of two <= bound
-            if self.loop.tail == "mask" and fit < bound:
-                fit *= 2                                      # one masked vector covers it
-            w = max(1, min(w, fit))
-        return w
-
-
-def _constant_bound(extent):
-    """An integer upper bound of a loop extent (Min(64, N - 64*jo) -> 64), or None."""
-    e = sp.sympify(extent)
-    if e.is_Integer:
-        return int(e)
-    if isinstance(e, sp.Min):
-        ints = [int(a) for a in e.args if a.is_Integer]
-        return min(ints) if ints else None
-    return None
 
 
 def emit_vector_loop(cg, loop, start, end):
@@ -271,9 +93,13 @@ class VectorLoop:
 
     def __init__(self, cg, loop, plan):
         self.cg, self.loop, self.plan, self.var = cg, loop, plan, loop.var
-        self.w = plan.width
-        self.iota = ir.Constant(ir.VectorType(I64, self.w), list(range(self.w)))
+        self.set_width(plan.width * plan.unroll)
         self.accs = {}          # id(Update) -> (value slot, position slot or None)
+        self.phase = "main"     # "first": the first vector of the main loop, "rest": after it
+
+    def set_width(self, w):
+        self.w = w
+        self.iota = ir.Constant(ir.VectorType(I64, w), list(range(w)))
 
     # ------------------------------------------------------------ types and helpers
     def vtype(self, ty):
@@ -298,7 +124,7 @@ class VectorLoop:
 
     def step(self, expr):
         """The i64 value of expr's coefficient in the loop variable."""
-        return self.cg.index(_affine_coefficient(expr, self.var))
+        return self.cg.index(affine_coefficient(expr, self.var))
 
     # ------------------------------------------------------------ the loop
     def emit(self, start, end):
@@ -309,7 +135,7 @@ class VectorLoop:
             _, strides = cg.memory[buf]
             step = None
             for ix, st in zip(index, strides):
-                c = _affine_coefficient(ix, self.var)
+                c = affine_coefficient(ix, self.var)
                 if c != 0:
                     term = b.mul(cg.index(c), st)
                     step = term if step is None else b.add(step, term)
@@ -328,7 +154,22 @@ class VectorLoop:
         main_end = b.add(start, b.and_(n, ir.Constant(I64, -w)))
         for u in self.plan.reductions:
             self._init_accumulator(u)
-        self._main_loop(start, main_end)
+        first = start
+        if self.plan.increasing:
+            # argmax/argmin lanes whose positions only grow: the first full vector fills
+            # them, and the loop after it needs no tie test (see _increasing_better)
+            full = b.icmp_signed(">=", n, ir.Constant(I64, w))
+            with b.if_then(full):
+                self.phase = "first"
+                self._chunk(start, None)
+            first = b.select(full, b.add(start, ir.Constant(I64, w)), start)
+        self.phase = "main"
+        self._main_loop(first, main_end, w)
+        self.phase = "rest"
+        if self.plan.unroll > 1:          # the remaining whole vectors of W lanes
+            self._narrow_accumulators(self.plan.width)
+            main_end, first = b.add(start, b.and_(n, ir.Constant(I64, -self.w))), main_end
+            self._main_loop(first, main_end, self.w)
         if self.loop.tail == "mask":
             rem = b.sub(end, main_end)
             with b.if_then(b.icmp_signed(">", rem, ir.Constant(I64, 0))):
@@ -342,7 +183,7 @@ class VectorLoop:
                                          ir.Constant(I1, 0)])
             cg._serial_loop(self.loop, main_end, end, _self_referential(cg.module, md))
 
-    def _main_loop(self, start, stop):
+    def _main_loop(self, start, stop, step):
         cg = self.cg
         b, name = cg.b, self.var.name
         pre = b.block
@@ -356,7 +197,7 @@ class VectorLoop:
         b.cbranch(b.icmp_signed("<", v, stop), body, done)
         b.position_at_end(body)
         self._chunk(v, None)
-        nxt = b.add(v, ir.Constant(I64, self.w))
+        nxt = b.add(v, ir.Constant(I64, step))
         nxt.flags.append("nsw")
         b.branch(head)
         v.add_incoming(nxt, b.block)
@@ -436,7 +277,13 @@ class VectorLoop:
                 return
             acc_pos = b.load(pos_slot, typ=self.vtype(I64))
             pos = self.value(u.arg.position, mask)
-            better = _better(cg, dt, u.combiner, x, acc, pos, acc_pos)
+            increasing = id(u) in self.plan.increasing and self.phase != "rest"
+            if increasing and self.phase == "first":
+                better = ir.Constant(self.vtype(I1), 1)
+            elif increasing:
+                better = _increasing_better(cg, dt, u.combiner, x, acc)
+            else:
+                better = _better(cg, dt, u.combiner, x, acc, pos, acc_pos)
             if mask is not None:
                 better = b.and_(better, mask)
             b.store(b.select(better, x, acc), slot)
@@ -465,17 +312,7 @@ class VectorLoop:
             cg._store(ptr, COMBINE[u.combiner](cg, dt, acc, r, u.fast_math), dt)
             return
         pos = b.load(pos_slot, typ=self.vtype(I64))
-        n = self.w
-        while n > 1:                      # a shuffle tree: halves combined by the tie rule
-            half = n // 2
-            lo = ir.Constant(ir.VectorType(I32, half), [ir.Constant(I32, k) for k in range(half)])
-            hi = ir.Constant(ir.VectorType(I32, half),
-                             [ir.Constant(I32, k + half) for k in range(half)])
-            v_lo, v_hi = b.shuffle_vector(vec, vec, lo), b.shuffle_vector(vec, vec, hi)
-            p_lo, p_hi = b.shuffle_vector(pos, pos, lo), b.shuffle_vector(pos, pos, hi)
-            better = _better(cg, dt, u.combiner, v_hi, v_lo, p_hi, p_lo)
-            vec, pos = b.select(better, v_hi, v_lo), b.select(better, p_hi, p_lo)
-            n = half
+        vec, pos = self._halve(u, vec, pos, 1)
         zero = ir.Constant(I32, 0)
         x, p = b.extract_element(vec, zero), b.extract_element(pos, zero)
         pos_ptr = cg.address(u.arg.buffer, u.arg.index)
@@ -483,6 +320,49 @@ class VectorLoop:
         better = _better(cg, dt, u.combiner, x, acc, p, acc_pos)
         cg._store(ptr, b.select(better, x, acc), dt)
         cg._store(pos_ptr, b.select(better, p, acc_pos), np.int64)
+
+    def _halve(self, u, vec, pos, lanes):
+        """Combine the upper half of the lanes into the lower half until `lanes` remain
+        (argmax/argmin: by the tie rule, so the order of the lanes does not matter)."""
+        cg = self.cg
+        b, dt = cg.b, u.buffer.dtype
+        n, saved = vec.type.count, cg.lanes
+        while n > lanes:
+            half = n // 2
+            lo = ir.Constant(ir.VectorType(I32, half), [ir.Constant(I32, k) for k in range(half)])
+            hi = ir.Constant(ir.VectorType(I32, half),
+                             [ir.Constant(I32, k + half) for k in range(half)])
+            v_lo, v_hi = b.shuffle_vector(vec, vec, lo), b.shuffle_vector(vec, vec, hi)
+            cg.lanes = half
+            if pos is None:
+                vec = COMBINE[u.combiner](cg, dt, v_lo, v_hi, u.fast_math)
+            else:
+                p_lo, p_hi = b.shuffle_vector(pos, pos, lo), b.shuffle_vector(pos, pos, hi)
+                better = _better(cg, dt, u.combiner, v_hi, v_lo, p_hi, p_lo)
+                vec, pos = b.select(better, v_hi, v_lo), b.select(better, p_hi, p_lo)
+            n = half
+        cg.lanes = saved
+        return vec, pos
+
+    def _narrow_accumulators(self, lanes):
+        """From the U*W lanes of the main loop to W lanes (new slots of W lanes)."""
+        b = self.cg.b
+        wide = {}
+        for u in self.plan.reductions:
+            slot, pos_slot = self.accs[id(u)]
+            vec = b.load(slot, typ=self.vtype(value_type(u.buffer.dtype)))
+            pos = None if pos_slot is None else b.load(pos_slot, typ=self.vtype(I64))
+            wide[id(u)] = self._halve(u, vec, pos, lanes)
+        self.set_width(lanes)
+        for u in self.plan.reductions:
+            vec, pos = wide[id(u)]
+            slot = self.cg.eb.alloca(vec.type, name=f"{u.buffer.name}.vec")
+            b.store(vec, slot)
+            pos_slot = None
+            if pos is not None:
+                pos_slot = self.cg.eb.alloca(pos.type, name=f"{u.arg.buffer.name}.vec")
+                b.store(pos, pos_slot)
+            self.accs[id(u)] = (slot, pos_slot)
 
     # ------------------------------------------------------------ values
     def value(self, e, mask):
@@ -550,7 +430,7 @@ class VectorLoop:
     def _load(self, ptr, dt, mask):
         cg = self.cg
         b, mty = cg.b, self.vtype(memory_type(dt))
-        align = _itemsize(dt)
+        align = itemsize(dt)
         if mask is None:
             v = b.load(ptr, typ=mty, align=align)
         else:
@@ -564,13 +444,24 @@ class VectorLoop:
         b = cg.b
         if np.dtype(dt).kind == "b":
             v = b.zext(v, self.vtype(I8))
-        align = _itemsize(dt)
+        align = itemsize(dt)
         if mask is None:
             b.store(v, ptr, align=align)
             return
         fn = cg._extern(f"llvm.masked.store.{type_suffix(v.type)}.p0", ir.VoidType(),
                         [v.type, PTR, I32, mask.type])
         b.call(fn, [v, ptr, ir.Constant(I32, align), mask])
+
+
+def _increasing_better(cg, dt, combiner, x, acc):
+    """ops._better when x's position is known to come after acc's (a lane of the main
+    loop, filled by the first vector): never a tie win, and a NaN wins only over a number.
+    For floats `x >u acc` (greater or unordered) and `acc` ordered say exactly that."""
+    b, kind = cg.b, np.dtype(dt).kind
+    op = ">" if combiner == "argmax" else "<"
+    if kind == "f":
+        return b.and_(b.fcmp_unordered(op, x, acc), b.fcmp_ordered("ord", acc, acc))
+    return b.icmp_signed(op, x, acc) if kind == "i" else b.icmp_unsigned(op, x, acc)
 
 
 def _reduce_intrinsic(cg, combiner, dt, vec, fast):

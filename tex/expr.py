@@ -141,7 +141,8 @@ class Const(Expr):
     __slots__ = ("value", "weak")
 
     def __init__(self, value, dtype=None):
-        self.weak = dtype is None
+        # Python ints and floats are weak (NEP 50); a Python bool is simply bool
+        self.weak = dtype is None and not isinstance(value, bool)
         self.dtype = np.result_type(value) if dtype is None else dtypes.as_dtype(dtype)
         self.value = self.dtype.type(value).item() if not self.weak else value
 

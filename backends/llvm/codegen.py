@@ -29,7 +29,9 @@ ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
 FAST = ("reassoc", "contract", "nsz")
 STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM = 0, 1, 2
 NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to use
-PARALLEL_MIN_WORK = 1 << 15              # fewer inner iterations than this run on one thread
+# fewer inner iterations than this run on one thread: waking a passive libgomp team costs
+# tens of microseconds, as much as ~1M vectorized iterations of a light loop body
+PARALLEL_MIN_WORK = 1 << 20
 
 
 def value_type(dt):

@@ -87,6 +87,8 @@ def _emit(node, names, ind, lines):
         start = names.sym(node.start)
         end = names.sym(node.start + node.extent) if node.start != 0 else names.sym(node.extent)
         notes = [node.kind.value] if node.kind is not LoopKind.SERIAL else []
+        if node.kind is LoopKind.VECTOR:
+            notes[-1] += f" ({node.tail} tail)"
         if node.reduction:
             notes.append("reduction")
         note = f"  # {', '.join(notes)}" if notes else ""

@@ -295,3 +295,34 @@ def test_split_k_reference_shape_from_the_discussion():
         f = tex.compile(s)
         got = f(a, b) if parts == 77 else f(a, b, P=5)
         assert np.abs(got - want).max() / scale < 1e-5
+
+
+GOLDEN_TILED_VECTORIZED_MATMUL = """\
+# C
+for io in 0..ceiling(M/4):  # parallel
+  for jo in 0..ceiling(N/16):
+    for ii in 0..Min(4, M - 4*io):  # unrolled
+      for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
+        C[ii + 4*io, ji + 16*jo] = 0.0
+    for k in 0..K:  # reduction
+      for ii in 0..Min(4, M - 4*io):  # unrolled
+        for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
+          C[ii + 4*io, ji + 16*jo] += (A[ii + 4*io, k] * B[k, ji + 16*jo])"""
+
+
+def test_golden_tiled_and_vectorized_matmul():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    i, j, k = s[C].loops
+    io, jo, ii, ji = s[C].tile(i, 4, j, 16)
+    s[C].reorder(io, jo, k, ii, ji)
+    s[C].unroll(ii)
+    s[C].vectorize(ji, tail="mask")
+    s[C].parallel(io)
+    assert str(s) == GOLDEN_TILED_VECTORIZED_MATMUL
+    f = tex.compile(s)
+    rng = np.random.default_rng(5)
+    for m, n, kk in [(1, 1, 1), (7, 17, 5), (65, 63, 33)]:
+        a = rng.standard_normal((m, kk)).astype(np.float32)
+        b = rng.standard_normal((kk, n)).astype(np.float32)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)

@@ -196,9 +196,6 @@ def privatize(state, var):
         _fail("privatize", state, f"loop {axis.name} is not a reduction loop")
     if state.private is not None:
         _fail("privatize", state, f"loop {state.private.name} is already private")
-    if sp.sympify(axis.extent).free_symbols & {a.var for a in state.axes}:
-        _fail("privatize", state, f"loop {axis.name} has extent {show(axis.extent)}, which "
-              "depends on another loop; privatize the outer loop of a split instead")
     _check_reassociation("privatize", state, axis)
     return replace(state, private=var)
 

@@ -222,48 +222,78 @@ def _reads(node, buf):
 
 
 def _privatized(state, value, out_buf, out_index):
-    """The reduction into private partials `part[p, out...]`, then their merge:
+    """The reduction into private partials, then their merge. When every output loop is
+    outside the reduction loops, the partials are a small local array per output
+    element, merged right after the reduction loops (with the private loop vectorized,
+    this is the vector-accumulator strategy):
+
+        for i in 0..M:
+          part[0..W] = identity
+          for jo: for ji: part[ji] = combine(part[ji], X[i, jo*W + ji])
+          acc = identity; for q in 0..W: acc = combine(acc, part[q]); S[i] = acc
+
+    Otherwise (split-K) the partials are a buffer `part[p, out...]` and the merge is a
+    nest of its own after the stage:
 
         for p in 0..P:                     for i in 0..M:
           part[p, i] = reduce(...)    ->     acc = identity
                                              for p in 0..P: acc = combine(acc, part[p, i])
                                              C[i] = acc
+    The merge is one serial pass for every output element: deterministic, no atomics.
     """
     d, red = state.definition, state.definition.reduction
-    p_axis = state.axis(state.private)
-    arg = red.combiner in ("argmax", "argmin")
-    at_zero = {v: 0 for v in state_vars(state)}
-    parts = sp.sympify(p_axis.extent).xreplace(at_zero)
-    part_dtype = value.dtype if arg else red.dtype
-    part = Buffer(f"{d.name}_part", (parts,) + out_buf.shape, part_dtype, Scope.TEMP)
-    part_pos = Buffer(f"{d.name}_part_pos", part.shape, np.dtype("int64"), Scope.TEMP) \
-        if arg else None
     p = state.private
-    partial = _reduction_nest(state, value, part_pos if arg else part, (p,) + out_index,
-                              values_to=part if arg else None)
-    # the merge: one serial pass over the partials for every output element (no atomics)
-    fresh = [Index(x.name) for x in d.indices]
+    arg = red.combiner in ("argmax", "argmin")
+    from .region import upper_bound
+    parts = upper_bound(state.axis(p).extent, state_vars(state))
+    part_dtype = value.dtype if arg else red.dtype
+    first_red = next((n for n, a in enumerate(state.axes) if a.reduction and a.var is not p),
+                     len(state.axes))
+    p_pos = state_vars(state).index(p)
+    start = min(first_red, p_pos)
+    local = all(a.reduction for a in state.axes[start:])   # no output loop inside them
+    shape = (parts,) if local else (parts,) + out_buf.shape
+    scope = Scope.LOCAL if local else Scope.TEMP
+    part = Buffer(f"{d.name}_part", shape, part_dtype, scope)
+    part_pos = Buffer(f"{d.name}_part_pos", shape, np.dtype("int64"), scope) if arg else None
+    part_index = (p,) if local else (p,) + out_index
     q = Index(p.name)
-    merged_value = Access(part, (q, *fresh))
-    target = None
-    acc = Buffer(f"{d.name}_acc", (), part_dtype, Scope.LOCAL)
-    body = [Store(acc, (), identity(red.combiner, part_dtype))]
-    if arg:
-        pos = Buffer(f"{d.name}_pos", (), np.dtype("int64"), Scope.LOCAL)
-        target = ArgTarget(pos, (), Access(part_pos, (q, *fresh)))
-        body.append(Store(pos, (), Const(0, "int64")))
-    body.append(Loop(q, parts, (Update(acc, (), red.combiner, merged_value, state.fast_math,
-                                       target),), reduction=True))
-    body.append(Store(out_buf, tuple(fresh), Access(target.buffer if arg else acc, ())))
+    merge_index = out_index if local else tuple(Index(x.name) for x in d.indices)
+    merge = _merge(state, part, part_pos, (q,) if local else (q, *merge_index), q, parts,
+                   out_buf, merge_index)
+    if local:
+        guards = _guards_for(state, state.axes[:start])
+        if guards:
+            merge = (Guard(sp.And(*guards), merge),)
+        return _reduction_nest(state, value, part_pos if arg else part, part_index,
+                               values_to=part if arg else None, after=merge, split_at=start)
+    partial = _reduction_nest(state, value, part_pos if arg else part, part_index,
+                              values_to=part if arg else None)
     extents = [d.extents[x] for x in d.indices]
-    merge = tuple(body)
-    for n in reversed(range(len(fresh))):
+    for n in reversed(range(len(merge_index))):
         kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
-        merge = (Loop(fresh[n], extents[n], merge, kind),)
+        merge = (Loop(merge_index[n], extents[n], merge, kind),)
     return partial + merge
 
 
-def _reduction_nest(state, value, out_buf, out_index, values_to=None):
+def _merge(state, part, part_pos, part_index, q, parts, out_buf, out_index):
+    """acc = identity; for q in 0..parts: acc = combine(acc, part[..q..]); out = acc"""
+    d, red = state.definition, state.definition.reduction
+    acc = Buffer(f"{d.name}_acc", (), part.dtype, Scope.LOCAL)
+    body = [Store(acc, (), identity(red.combiner, part.dtype))]
+    target = None
+    if part_pos is not None:
+        pos = Buffer(f"{d.name}_pos", (), np.dtype("int64"), Scope.LOCAL)
+        target = ArgTarget(pos, (), Access(part_pos, part_index))
+        body.append(Store(pos, (), Const(0, "int64")))
+    body.append(Loop(q, parts, (Update(acc, (), red.combiner, Access(part, part_index),
+                                       state.fast_math, target),), reduction=True))
+    body.append(Store(out_buf, tuple(out_index), Access(target.buffer if target else acc, ())))
+    return tuple(body)
+
+
+def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
+                    split_at=None):
     """The loops of a reduction writing `out_buf[out_index]` (the position, for argmax;
     `values_to` then receives the best values too). The accumulator is initialised and
     written back around the outermost reduction loop, with a dimension for every output
@@ -272,6 +302,8 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
     private = state.private
     reducing = [a.reduction and a.var is not private for a in state.axes]
     first_red = reducing.index(True) if True in reducing else len(state.axes)
+    if split_at is not None:            # local partials: the private loop starts the inside
+        first_red = split_at
     outer, inner = state.axes[:first_red], state.axes[first_red:]
     inner_out = [a for a, r in zip(state.axes[first_red:], reducing[first_red:]) if not r]
     arg = red.combiner in ("argmax", "argmin")
@@ -282,8 +314,8 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
         acc, acc_index = out_buf, out_index          # accumulate in the output itself
     else:
         # extents that shrink in a tail (Min(T, E - o*T)) are largest at o = 0
-        at_zero = {v: 0 for v in state_vars(state)}
-        shape = tuple(sp.sympify(a.extent).xreplace(at_zero) for a in inner_out)
+        from .region import upper_bound
+        shape = tuple(upper_bound(a.extent, state_vars(state)) for a in inner_out)
         acc = Buffer(f"{d.name}_acc", shape, acc_dtype, Scope.LOCAL)
         acc_index = tuple(a.var for a in inner_out)
     init = [Store(acc, acc_index, identity(red.combiner, acc_dtype))]
@@ -300,6 +332,15 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
                   for a, r in zip(inner, reducing[first_red:])]
     body = []
     out_guards = _guards_for(state, outer + tuple(inner_out))
+    # an extent that depends on a reduction loop (the private part of a split reduction)
+    # is unknown outside it: initialise and write back over its upper bound instead
+    from .region import upper_bound
+    bound = {a.var for a in outer} | {a.var for a in inner_out}
+    loop_vars = state_vars(state)
+    inner_out = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols
+                 & set(loop_vars) <= bound else
+                 replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
+                 for a in inner_out]
     body += _nest(inner_out, init, out_guards)
     body += _nest(inner_axes, [update], state.guards)
     if acc is not out_buf:
@@ -309,4 +350,4 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None):
             writes.append(Store(values_to, out_index, Access(acc, acc_index)))
         body += _nest(inner_out, writes, out_guards)
     outer_axes = [Axis(a.var, a.extent, False, a.kind, a.tail) for a in outer]
-    return _nest(outer_axes, body)
+    return _nest(outer_axes, body + list(after))

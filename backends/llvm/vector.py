@@ -432,7 +432,7 @@ class VectorLoop:
         b, mty = cg.b, self.vtype(memory_type(dt))
         align = itemsize(dt)
         if mask is None:
-            v = b.load(ptr, typ=mty, align=align)
+            v = b.load(_vector_pointer(b, ptr, mty), typ=mty, align=align)
         else:
             fn = cg._extern(f"llvm.masked.load.{type_suffix(mty)}.p0", mty,
                             [PTR, I32, mask.type, mty])
@@ -446,11 +446,19 @@ class VectorLoop:
             v = b.zext(v, self.vtype(I8))
         align = itemsize(dt)
         if mask is None:
-            b.store(v, ptr, align=align)
+            b.store(v, _vector_pointer(b, ptr, v.type), align=align)
             return
         fn = cg._extern(f"llvm.masked.store.{type_suffix(v.type)}.p0", ir.VoidType(),
                         [v.type, PTR, I32, mask.type])
         b.call(fn, [v, ptr, ir.Constant(I32, align), mask])
+
+
+def _vector_pointer(b, ptr, vty):
+    """llvmlite types the pointers of allocas (`i32*`); a vector access through one needs
+    a `<W x i32>*` (LLVM itself reads both as the same opaque `ptr`)."""
+    if getattr(ptr.type, "is_opaque", True):
+        return ptr
+    return b.bitcast(ptr, ir.PointerType(vty))
 
 
 def _increasing_better(cg, dt, combiner, x, acc):

@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass
 from tex.errors import ScheduleError
 import sympy as sp
 
-from tex.expr import Index, Param
+from tex.expr import Access, Index, Param, walk as walk_expr
 from tex.program import as_program
 
+from . import host as host_info
 from . import primitives as P
 from .ir import Kernel, LoopKind, Scope
 from .lower import buffers_for
@@ -208,6 +209,55 @@ class StageHandle:
         cons.state = P.host(cons.state, d, var)
         sched._hosted_by[d] = cons.definition
         sched._record(ComputeAt(self.name, cons.name, var.name))
+
+    def reduction_strategy(self, name, tail="peel", accumulators=None):
+        """How the innermost reduction loop uses vector registers (seeds/004), built from
+        the primitives, which stay in `s.history`:
+
+        - "inner_reduction": split the reduction loop by the vector width W and
+          vectorize the inner part: a horizontal reduction after every vector.
+        - "vector_accumulator": split it by W*U, privatize and vectorize the inner
+          part: U vector accumulators run through the loop, one horizontal reduction
+          at the end (U = `accumulators`, default 4 registers' worth).
+        - "inner_parallel": split the innermost output loop by W and move its inner
+          part inside the reduction loops, vectorized: each lane owns a row and no
+          horizontal reduction happens at all.
+        `tail` is the vector loops' tail: "peel" or "mask"."""
+        d, state = self.definition, self.state
+        red = d.reduction
+        if red is None:
+            raise ScheduleError(f"reduction_strategy: stage {self.name} has no reduction")
+        strategies = ("inner_parallel", "inner_reduction", "vector_accumulator")
+        if name not in strategies:
+            raise ScheduleError(f"reduction_strategy: {name!r} is not one of "
+                                f"{', '.join(map(repr, strategies))}")
+        loads = [a.tensor.dtype for a in walk_expr(red.body) if isinstance(a, Access)]
+        narrow = min(loads, key=lambda dt: dt.itemsize) if loads else red.dtype
+        width = host_info.lanes(narrow)
+        reductions = [h for h in self.loops if h.is_reduction]
+        if name == "inner_parallel":
+            outputs = [h for h in self.loops if not h.is_reduction]
+            if not outputs:
+                raise ScheduleError(f"reduction_strategy: stage {self.name} has no output "
+                                    "loop to spread over the vector lanes")
+            oo, oi = self.split(outputs[-1], width)
+            order = [h for h in self.loops if h.var is not oi.var] + [oi]
+            self.reorder(*order)
+            self.vectorize(oi, tail)
+            return
+        r = reductions[-1]
+        if self.loops[-1].var is not r.var:
+            raise ScheduleError(f"reduction_strategy: the innermost loop of stage {self.name} "
+                                f"is not the reduction loop {r.name}")
+        if name == "inner_reduction":
+            ro, ri = self.split(r, width)
+            self.vectorize(ri, tail)
+            return
+        if accumulators is None:      # four registers of accumulators, at least one vector
+            accumulators = max(1, 4 * narrow.itemsize // red.dtype.itemsize)
+        ro, ri = self.split(r, width * int(accumulators))
+        self.privatize(ri)
+        self.vectorize(ri, tail)
 
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""

@@ -9,14 +9,16 @@ import sympy as sp
 from tex.expr import Access, IndexValue, Op
 
 from ...scheduler.ir import Guard, Store, Update
-from .jit import Host
+from ...scheduler import host as host_info
+from .jit import Host  # noqa: F401  (register_bits(host) takes one)
 
 MAX_REGISTERS = 4          # the widest value type of a body fills at most this many
 
 
 def register_bits(host=None):
     """The vector register width of the host: 512 (avx512f), 256 (avx2) or 128."""
-    host = host or Host.get()
+    if host is None:
+        return host_info.register_bits()
     if host.has_feature("avx512f"):
         return 512
     if host.has_feature("avx2"):

@@ -223,7 +223,7 @@ class StageHandle:
           part inside the reduction loops, vectorized: each lane owns a row and no
           horizontal reduction happens at all.
         `tail` is the vector loops' tail: "peel" or "mask"."""
-        d, state = self.definition, self.state
+        d = self.definition
         red = d.reduction
         if red is None:
             raise ScheduleError(f"reduction_strategy: stage {self.name} has no reduction")

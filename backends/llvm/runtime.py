@@ -11,7 +11,6 @@ misaligned views, error messages) lives in helpers that run only when needed.
 """
 import builtins
 import ctypes
-import itertools
 import operator
 import os
 import re
@@ -22,14 +21,10 @@ import sympy as sp
 from tex.errors import ShapeError
 from tex.expr import AutoParts
 from tex.program import as_program
-from tex.tensor import Definition
 
 from ...scheduler.ir import Scope
 from ...scheduler.printer import format_nest
 from . import codegen, jit
-
-_counter = itertools.count()
-
 
 def _default_threads():
     env = os.environ.get("TEX_NUM_THREADS")

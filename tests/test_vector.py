@@ -9,7 +9,7 @@ import sympy as sp
 
 import tex
 from tex.backends import numpy_ref
-from tex.backends.llvm import codegen, jit, runtime
+from tex.backends.llvm import codegen, jit, runtime, vector
 from tex.backends.llvm.vector_plan import plan_vector_loop, register_bits
 from tex.scheduler.ir import Loop, LoopKind, Update, map_nest, walk
 
@@ -111,7 +111,8 @@ def test_row_reductions(combiner, dtype):
         _differential(f, defn, lambda shape: _data(rng, dtype, shape, combiner))
 
 
-def test_int8_sum_widens_in_registers():
+def test_int8_sum_widens_in_registers(monkeypatch):
+    monkeypatch.setattr(vector, "USE_VNNI", False)
     defn = _row_reduction("sum", "int8")
     s = next(_schedules(defn))[1]
     f = tex.compile(s)
@@ -317,3 +318,108 @@ def test_narrower_hosts(bits, monkeypatch):
             w = plan_vector_loop(_vector_loops(s.kernel())[0], bits=bits).width
             assert f"<{w} x " in f.llvm_ir
             _differential(f, defn, lambda shape: _data(rng, dtype, shape, combiner))
+
+
+# ---------------------------------------------------------------- innermost reductions
+STRATEGY_SIZES = [0, 1, 7, 63, 64, 65, 513, 1000]
+
+
+def _strategy(defn, name, tail):
+    s = tex.schedule(defn)
+    s[defn].reduction_strategy(name, tail=tail)
+    return s
+
+
+def _opt_ir(f):
+    return str(jit.optimized_module(f.llvm_ir))
+
+
+@pytest.mark.parametrize("vnni", [True, False])
+def test_int8_strategies_exact(vnni, monkeypatch):
+    """int8 -> int32 row sums under each strategy and tail, with and without VNNI, on
+    awkward sizes and non-contiguous rows (inner_parallel's lanes step by the row stride:
+    a gather), values at the int8 extremes (the sums overflow int8, not int32)."""
+    monkeypatch.setattr(vector, "USE_VNNI", vnni)
+    defn = _row_reduction("sum", "int8")
+    rng = np.random.default_rng(11)
+
+    def make(shape):
+        a = rng.integers(-128, 128, shape).astype(np.int8)
+        if a.size:
+            a.flat[rng.integers(0, a.size, max(1, a.size // 3))] = 127
+            a[-1] = -128
+        return a
+    for name in ("inner_parallel", "inner_reduction", "vector_accumulator"):
+        for tail in ("peel", "mask"):
+            f = tex.compile(_strategy(defn, name, tail))
+            has = "vpdpbusd" in f.llvm_ir
+            assert has == (vnni and name != "inner_parallel" and bool(vector.vnni_bits(
+                jit.Host.get()))), (name, tail)
+            _differential(f, defn, make, STRATEGY_SIZES)
+
+
+def test_vector_accumulator_in_registers():
+    """The vector accumulator (a LOCAL buffer the vector loop covers whole) is one vector
+    value: no stack memory is left after optimization, whatever the tail."""
+    for dtype, combiner in [("int8", "sum"), ("float32", "sum"), ("float32", "max")]:
+        defn = _row_reduction(combiner, dtype)
+        for tail in ("peel", "mask"):
+            f = tex.compile(_strategy(defn, "vector_accumulator", tail))
+            assert "alloca" not in _opt_ir(f), (dtype, combiner, tail)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max", "argmin"])
+def test_float_strategies(combiner):
+    defn = _row_reduction(combiner, "float32")
+    rng = np.random.default_rng(12)
+    for name in ("inner_parallel", "vector_accumulator"):
+        for tail in ("peel", "mask"):
+            f = tex.compile(_strategy(defn, name, tail))
+            _differential(f, defn, lambda shape: _data(rng, "float32", shape, combiner),
+                          STRATEGY_SIZES)
+
+
+def test_vnni_exact_near_int32_limits():
+    """Rows whose int32 sums come near and past 2**31 (numpy's int32 sum wraps; so does
+    every lane of the dots and of the accumulator)."""
+    if not vector.vnni_bits(jit.Host.get()):
+        pytest.skip("no VNNI on this host")
+    defn = _row_reduction("sum", "int8")
+    n = (1 << 24) + (1 << 18) + 37               # 127 * n > 2**31 > 127 * 2**24
+    a = np.empty((2, n), np.int8)
+    a[0] = 127
+    a[1] = -128
+    a[1, :1000] = 127
+    want = a.sum(axis=1, dtype=np.int32)
+    for name in ("inner_reduction", "vector_accumulator"):
+        f = tex.compile(_strategy(defn, name, "mask"))
+        assert "vpdpbusd" in f.asm
+        assert f(a).tolist() == want.tolist(), name
+    big = np.full((1, 1 << 24), 127, np.int8)      # 2130706432: just below 2**31
+    assert f(big).tolist() == [127 << 24]
+
+
+def test_sum_partials():
+    """Only the sum-only partials of an int32 sum may take VNNI dots into any lane."""
+    from tex.backends.llvm.vector_plan import sum_partials
+    from tex.scheduler.ir import Scope, Store
+    defn = _row_reduction("sum", "int8")
+    def locals_of(kernel):
+        return {id(b) for n in walk(kernel) if isinstance(n, (Store, Update))
+                for b in [n.buffer] if b.scope is Scope.LOCAL and b.ndim == 1}
+    kernel = _strategy(defn, "vector_accumulator", "peel").kernel()
+    assert locals_of(kernel) and sum_partials(kernel) == locals_of(kernel)
+    for combiner in ("max", "prod"):
+        kernel = _strategy(_row_reduction(combiner, "int32"), "vector_accumulator",
+                           "peel").kernel()
+        assert not sum_partials(kernel)
+    # partials whose merge is not a sum are not (nor the accumulator copied into them)
+    kernel = _strategy(defn, "vector_accumulator", "peel").kernel()
+    local = locals_of(kernel)
+
+    def merge_max(node):
+        if isinstance(node, Update) and getattr(node.value, "tensor", None) is not None \
+                and id(node.value.tensor) in local:
+            return node.replace(combiner="max")
+        return node
+    assert not sum_partials(map_nest(kernel, merge_max))

@@ -68,9 +68,11 @@ from ...scheduler.stage import identity
 from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
                       type_suffix, value_type)
 from .ops import COMBINE, OPS, _better
-from .vector_plan import affine_coefficient, itemsize, plan_vector_loop
+from .vector_plan import (affine_coefficient, dot_width, itemsize, local_flat,
+                          plan_vector_loop, sum_partials, vnni_bits)
 
 INT64_MAX = (1 << 63) - 1
+USE_VNNI = True          # int8 -> int32 sums by vpdpbusd where the host has it (tests turn it off)
 
 
 def _per_lane(e):
@@ -81,11 +83,22 @@ def _per_lane(e):
 def emit_vector_loop(cg, loop, start, end):
     """Codegen._loop for a VECTOR loop: vector code with a scalar version for other
     strides, or the scalar loop when the body cannot be vectorized."""
-    plan = plan_vector_loop(loop, cg.fast_math)
+    partials, widths = _kernel_facts(cg)
+    plan = plan_vector_loop(loop, cg.fast_math, partials=partials, vnni=widths)
     if isinstance(plan, str) or plan.width < 2:
         cg._serial_loop(loop, start, end)
         return
     VectorLoop(cg, loop, plan).emit(start, end)
+
+
+def _kernel_facts(cg):
+    """(sum-only partial buffers of the kernel, the host's VNNI dot widths), once per Codegen."""
+    facts = getattr(cg, "_vector_facts", None)
+    if facts is None:
+        from .jit import Host
+        widths = vnni_bits(Host.get()) if USE_VNNI else ()
+        facts = cg._vector_facts = (sum_partials(cg.kernel), widths)
+    return facts
 
 
 class VectorLoop:
@@ -96,6 +109,9 @@ class VectorLoop:
         self.set_width(plan.width * plan.unroll)
         self.accs = {}          # id(Update) -> (value slot, position slot or None)
         self.phase = "main"     # "first": the first vector of the main loop, "rest": after it
+        self.gathering = set()  # ids of buffers whose loads gather (the strided version)
+        # one vector covers the loop (a constant bound of at most W lanes): no loop
+        self.single = plan.bound is not None and plan.bound <= plan.width * plan.unroll
 
     def set_width(self, w):
         self.w = w
@@ -128,23 +144,63 @@ class VectorLoop:
 
     # ------------------------------------------------------------ the loop
     def emit(self, start, end):
+        """Versions by the runtime steps of the accesses that move with the loop: all of
+        them one element -> plain vector loads and stores; otherwise, when every written
+        one is, the loads of other steps gather (llvm.masked.gather); else the scalar
+        loop. A LOCAL buffer's step is known and needs no test."""
         cg = self.cg
         b = cg.b
-        unit = ir.Constant(I1, 1)
+        unit, unit_written, strided = ir.Constant(I1, 1), ir.Constant(I1, 1), set()
         for buf, index in self.plan.moving:
-            _, strides = cg.memory[buf]
-            step = None
-            for ix, st in zip(index, strides):
-                c = affine_coefficient(ix, self.var)
-                if c != 0:
-                    term = b.mul(cg.index(c), st)
-                    step = term if step is None else b.add(step, term)
-            unit = b.and_(unit, b.icmp_signed("==", step, ir.Constant(I64, 1)))
-        with b.if_else(unit) as (vector, scalar):
+            step = self.access_step(buf, index)
+            if isinstance(step, int):
+                if step != 1:
+                    if id(buf) in self.plan.written:
+                        unit_written = ir.Constant(I1, 0)
+                    strided.add(id(buf))
+                    unit = ir.Constant(I1, 0)
+                continue
+            one = b.icmp_signed("==", step, ir.Constant(I64, 1))
+            unit = b.and_(unit, one)
+            if id(buf) in self.plan.written:
+                unit_written = b.and_(unit_written, one)
+            else:
+                strided.add(id(buf))
+        if isinstance(unit, ir.Constant) and unit.constant:
+            self._vector(start, end)
+            return
+        with b.if_else(unit) as (vector, other):
             with vector:
                 self._vector(start, end)
-            with scalar:
-                cg._serial_loop(self.loop, start, end)
+            with other:
+                if not strided:
+                    cg._serial_loop(self.loop, start, end)
+                else:
+                    with b.if_else(unit_written) as (gather, scalar):
+                        with gather:
+                            self.gathering = strided
+                            self._vector(start, end)
+                            self.gathering = set()
+                        with scalar:
+                            cg._serial_loop(self.loop, start, end)
+
+    def access_step(self, buf, index):
+        """The step in elements of buf[index] when the loop variable grows by one: an int
+        when known (LOCAL buffers of constant shape), else an i64 value."""
+        cg = self.cg
+        flat = local_flat(buf, index)
+        if flat is not None:
+            c = affine_coefficient(flat, self.var)
+            if c.is_Integer:
+                return int(c)
+        _, strides = cg.memory[buf]
+        step = None
+        for ix, st in zip(index, strides):
+            c = affine_coefficient(ix, self.var)
+            if c != 0:
+                term = cg.b.mul(cg.index(c), st)
+                step = term if step is None else cg.b.add(step, term)
+        return step
 
     def _vector(self, start, end):
         cg, w = self.cg, self.w
@@ -170,22 +226,35 @@ class VectorLoop:
             self._narrow_accumulators(self.plan.width)
             main_end, first = b.add(start, b.and_(n, ir.Constant(I64, -self.w))), main_end
             self._main_loop(first, main_end, self.w)
-        if self.loop.tail == "mask":
+        if self.masked_tail:
             rem = b.sub(end, main_end)
             with b.if_then(b.icmp_signed(">", rem, ir.Constant(I64, 0))):
                 mask = b.icmp_signed("<", self.iota, self.splat(rem))
-                self._chunk(main_end, mask)
+                # one vector covers the loop: a remainder means no whole vector ran, so
+                # the last vector starts at the start (the same address as the whole one)
+                self._chunk(start if self.single else main_end, mask)
         for u in self.plan.reductions:
             self._finish_accumulator(u)
-        if self.loop.tail != "mask":
+        if not self.masked_tail:
             md = cg.module.add_metadata([ir.MetaDataString(cg.module,
                                                            "llvm.loop.vectorize.enable"),
                                          ir.Constant(I1, 0)])
             cg._serial_loop(self.loop, main_end, end, _self_referential(cg.module, md))
 
+    @property
+    def masked_tail(self):
+        """A loop over a whole LOCAL buffer ends with a masked vector whatever its tail
+        (lane k of the vector is element k of the buffer, so each element sees the same
+        operations as in the scalar remainder loop; the buffer stays one vector value)."""
+        return self.loop.tail == "mask" or bool(self.plan.whole)
+
     def _main_loop(self, start, stop, step):
         cg = self.cg
         b, name = cg.b, self.var.name
+        if self.single:                # at most one vector: a branch, not a loop
+            with b.if_then(b.icmp_signed("<", start, stop)):
+                self._chunk(start, None)
+            return
         pre = b.block
         head = cg.fn.append_basic_block(f"{name}.vhead")
         body = cg.fn.append_basic_block(f"{name}.vbody")
@@ -222,7 +291,7 @@ class VectorLoop:
                         self._statements(s.body, mask)
             elif isinstance(s, Store):
                 v = self.value(s.value, mask)
-                self._store(cg.address(s.buffer, s.index), v, s.buffer.dtype, mask)
+                self._write(s.buffer, s.index, v, mask)
             elif id(s) in self.accs:
                 self._accumulate(s, mask)
             else:
@@ -232,26 +301,75 @@ class VectorLoop:
         """A target that moves with the loop: load, combine and store whole vectors."""
         cg = self.cg
         b, dt = cg.b, s.buffer.dtype
-        ptr = cg.address(s.buffer, s.index)
-        acc = self._load(ptr, dt, mask)
+        acc = self._read(s.buffer, s.index, mask)
+        if id(s) in self.plan.vnni:
+            # a sum-only partial covered whole: the dots of the W bytes add into its
+            # first W/4 lanes (the total is all that is read), the other lanes keep theirs
+            d = self._dot(self.plan.vnni[id(s)], mask)
+            k = d.type.count
+            zero = ir.Constant(d.type, None if False else [ir.Constant(I32, 0)] * k)
+            pad = b.shuffle_vector(d, zero, ir.Constant(ir.VectorType(I32, self.w), [
+                ir.Constant(I32, n if n < k else k) for n in range(self.w)]))
+            self._write(s.buffer, s.index, b.add(acc, pad), None)
+            return
         x = self.value(s.value, mask)
         with self.vector_ops():
             if s.arg is None:
-                self._store(ptr, COMBINE[s.combiner](cg, dt, acc, x, s.fast_math), dt, mask)
+                self._write(s.buffer, s.index, COMBINE[s.combiner](cg, dt, acc, x, s.fast_math),
+                            mask)
                 return
-            pos_ptr = cg.address(s.arg.buffer, s.arg.index)
-            acc_pos = self._load(pos_ptr, np.int64, mask)
+            acc_pos = self._read(s.arg.buffer, s.arg.index, mask)
             pos = self.value(s.arg.position, mask)
             better = _better(cg, dt, s.combiner, x, acc, pos, acc_pos)
-            self._store(ptr, b.select(better, x, acc), dt, mask)
-            self._store(pos_ptr, b.select(better, pos, acc_pos), np.int64, mask)
+            self._write(s.buffer, s.index, b.select(better, x, acc), mask)
+            self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
+
+    # ------------------------------------------------------------ VNNI
+    def _dot(self, info, mask):
+        """<W/4 x i32>: the sums of each four consecutive bytes of the W bytes of
+        `info.access` (masked-off bytes count 0), by vpdpbusd (u8 x s8 -> i32, exact:
+        four products of at most 255*128 in magnitude, no saturation)."""
+        cg = self.cg
+        b = cg.b
+        x8 = self.value(info.access, mask)
+        if mask is not None:
+            x8 = b.select(mask, x8, ir.Constant(x8.type, [ir.Constant(I8, 0)] * self.w))
+        bits = dot_width(self.w, self.plan.vnni_widths, self.plan.bits)
+        nb, lanes = bits // 8, bits // 32
+        vty = ir.VectorType(I32, lanes)
+        fn = cg._extern(f"llvm.x86.avx512.vpdpbusd.{bits}", vty, [vty, vty, vty])
+        ones = ir.Constant(vty, [ir.Constant(I32, 0x01010101)] * lanes)
+        zero = ir.Constant(vty, [ir.Constant(I32, 0)] * lanes)
+        parts = []
+        for off in range(0, self.w, nb):
+            piece = x8 if nb == self.w else b.shuffle_vector(
+                x8, x8, ir.Constant(ir.VectorType(I32, nb),
+                                    [ir.Constant(I32, off + k) for k in range(nb)]))
+            piece = b.bitcast(piece, vty)
+            # the accumulator is added after the dot, not passed to it: the dot does not
+            # wait for the previous one (a chain of adds of latency 1, not of dots)
+            args = [zero, ones, piece] if info.signed else [zero, piece, ones]
+            parts.append(b.call(fn, args))
+        while len(parts) > 1:            # concatenate pairwise (a power of two of them)
+            n = parts[0].type.count
+            idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, k)
+                                                          for k in range(2 * n)])
+            parts = [b.shuffle_vector(parts[k], parts[k + 1], idx)
+                     for k in range(0, len(parts), 2)]
+        return parts[0]
 
     # ------------------------------------------------------------ reductions along the loop
+    def _acc_type(self, u):
+        """The vector accumulator of reduction u: W lanes, W/4 for a VNNI dot."""
+        lanes = self.w // 4 if id(u) in self.plan.vnni else self.w
+        return ir.VectorType(value_type(u.buffer.dtype), lanes)
+
     def _init_accumulator(self, u):
         cg = self.cg
         dt = u.buffer.dtype
-        slot = cg.eb.alloca(self.vtype(value_type(dt)), name=f"{u.buffer.name}.vec")
-        cg.b.store(self.splat(self._identity(u.combiner, dt)), slot)
+        vty = self._acc_type(u)
+        slot = cg.eb.alloca(vty, name=f"{u.buffer.name}.vec")
+        cg.b.store(ir.Constant(vty, [self._identity(u.combiner, dt)] * vty.count), slot)
         pos_slot = None
         if u.arg is not None:
             pos_slot = cg.eb.alloca(self.vtype(I64), name=f"{u.arg.buffer.name}.vec")
@@ -267,8 +385,10 @@ class VectorLoop:
         cg = self.cg
         b, dt = cg.b, u.buffer.dtype
         slot, pos_slot = self.accs[id(u)]
-        vty = self.vtype(value_type(dt))
-        acc = b.load(slot, typ=vty)
+        acc = b.load(slot, typ=self._acc_type(u))
+        if id(u) in self.plan.vnni:
+            b.store(b.add(acc, self._dot(self.plan.vnni[id(u)], mask)), slot)
+            return
         x = self.value(u.value, mask)
         with self.vector_ops():
             if u.arg is None:
@@ -304,7 +424,7 @@ class VectorLoop:
         cg = self.cg
         b, dt = cg.b, u.buffer.dtype
         slot, pos_slot = self.accs[id(u)]
-        vec = b.load(slot, typ=self.vtype(value_type(dt)))
+        vec = b.load(slot, typ=self._acc_type(u))
         ptr = cg.address(u.buffer, u.index)
         acc = cg._load(ptr, dt)
         if u.arg is None:
@@ -350,9 +470,10 @@ class VectorLoop:
         wide = {}
         for u in self.plan.reductions:
             slot, pos_slot = self.accs[id(u)]
-            vec = b.load(slot, typ=self.vtype(value_type(u.buffer.dtype)))
+            vec = b.load(slot, typ=self._acc_type(u))
             pos = None if pos_slot is None else b.load(pos_slot, typ=self.vtype(I64))
-            wide[id(u)] = self._halve(u, vec, pos, lanes)
+            wide[id(u)] = self._halve(u, vec, pos, lanes // 4 if id(u) in self.plan.vnni
+                                      else lanes)
         self.set_width(lanes)
         for u in self.plan.reductions:
             vec, pos = wide[id(u)]
@@ -371,7 +492,7 @@ class VectorLoop:
         if id(e) not in self.plan.dependent:
             return self.splat(self._scalar(e, mask))
         if isinstance(e, Access):
-            return self._load(cg.address(e.tensor, e.index), e.tensor.dtype, mask)
+            return self._read(e.tensor, e.index, mask)
         if isinstance(e, IndexValue):
             base = self.splat(cg.index(e.expr))
             return cg.b.add(base, cg.b.mul(self.splat(self.step(e.expr)), self.iota))
@@ -427,6 +548,41 @@ class VectorLoop:
         return b.icmp_signed(ops[type(c)], lanes, ir.Constant(lanes.type, 0))
 
     # ------------------------------------------------------------ memory
+    def _read(self, buf, index, mask):
+        """buf[index] for the lanes of the chunk: a whole LOCAL buffer is one plain load
+        (every lane is in bounds), a strided access gathers, others load (masked)."""
+        ptr = self.cg.address(buf, index)
+        if id(buf) in self.plan.whole:
+            return self._load(ptr, buf.dtype, None)
+        if id(buf) in self.gathering:
+            return self._gather(ptr, self.access_step(buf, index), buf.dtype, mask)
+        return self._load(ptr, buf.dtype, mask)
+
+    def _write(self, buf, index, v, mask):
+        """Store the lanes of `v` (where `mask` is set) to buf[index]; a whole LOCAL buffer
+        takes one plain store (the masked-off lanes keep their values through a select)."""
+        ptr = self.cg.address(buf, index)
+        if id(buf) in self.plan.whole and mask is not None:
+            old = self._load(ptr, buf.dtype, None)
+            v, mask = self.cg.b.select(mask, v, old), None
+        self._store(ptr, v, buf.dtype, mask)
+
+    def _gather(self, ptr, step, dt, mask):
+        """llvm.masked.gather of the lanes ptr + k*step (a runtime step in elements)."""
+        cg = self.cg
+        b, mty = cg.b, self.vtype(memory_type(dt))
+        if isinstance(step, int):
+            step = ir.Constant(I64, step)
+        offsets = b.mul(self.splat(step), self.iota)
+        ptrs = b.gep(ptr, [offsets], source_etype=memory_type(dt))
+        ptrs.type = ir.VectorType(PTR, self.w)      # llvmlite types a vector GEP as scalar
+        if mask is None:
+            mask = ir.Constant(self.vtype(I1), [ir.Constant(I1, 1)] * self.w)
+        fn = cg._extern(f"llvm.masked.gather.{type_suffix(mty)}.v{self.w}p0", mty,
+                        [ptrs.type, I32, mask.type, mty])
+        v = b.call(fn, [ptrs, ir.Constant(I32, itemsize(dt)), mask, ir.Constant(mty, None)])
+        return b.trunc(v, self.vtype(I1)) if np.dtype(dt).kind == "b" else v
+
     def _load(self, ptr, dt, mask):
         cg = self.cg
         b, mty = cg.b, self.vtype(memory_type(dt))

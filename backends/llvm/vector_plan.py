@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
-from tex.expr import Access, IndexValue, Op
+from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
 
-from ...scheduler.ir import Guard, Store, Update
+from ...scheduler.ir import Guard, Loop, Scope, Store, Update
 from ...scheduler import host as host_info
 from .jit import Host  # noqa: F401  (register_bits(host) takes one)
 
@@ -53,28 +53,152 @@ class VectorPlan:
     guards_of: dict = field(default_factory=dict)   # id(Update) -> enclosing fixed guards
     increasing: set = field(default_factory=set)    # argmax/argmin whose lane positions grow
     dependent: set = field(default_factory=set)     # ids of value nodes that move with x
+    whole: set = field(default_factory=set)         # ids of LOCAL buffers the loop covers whole
+    written: set = field(default_factory=set)       # ids of buffers written in the loop
+    bound: int = None                               # a constant bound of the extent
+    vnni: dict = field(default_factory=dict)        # id(Update) -> VnniDot
+    vnni_widths: tuple = ()                         # the host's vpdpbusd widths (bits)
+    bits: int = 512                                 # the register width planned for
 
 
 class _Refuse(Exception):
     pass
 
 
-def plan_vector_loop(loop, fast_math=True, bits=None):
-    """A VectorPlan, or a string saying why the loop stays scalar."""
+def plan_vector_loop(loop, fast_math=True, bits=None, partials=None, vnni=None):
+    """A VectorPlan, or a string saying why the loop stays scalar. `partials`: ids of the
+    kernel's sum-only partial buffers (`sum_partials`), whose lanes a VNNI dot may
+    redistribute; `vnni`: the VNNI dot widths in bits the host runs (`vnni_bits`), or
+    None for none."""
     try:
-        return _Planner(loop, fast_math, bits or register_bits()).plan()
+        return _Planner(loop, fast_math, bits or register_bits(), partials or set(),
+                        vnni or ()).plan()
     except _Refuse as why:
         return str(why)
 
 
+def vnni_bits(host):
+    """Widths (bits) of the vpdpbusd forms this host runs: 512 with avx512vnni, 256 and
+    128 with avx512vnni + avx512vl or with avxvnni."""
+    out = []
+    if host.has_feature("avx512vnni"):
+        out.append(512)
+    if (host.has_feature("avx512vnni") and host.has_feature("avx512vl")) or \
+            host.has_feature("avxvnni"):
+        out += [256, 128]
+    return tuple(out)
+
+
+def local_flat(buf, index):
+    """The flat element offset of buf[index] for a LOCAL buffer of constant shape (its
+    strides are the contiguous ones), or None."""
+    if buf.scope is not Scope.LOCAL or not all(sp.sympify(d).is_Integer for d in buf.shape):
+        return None
+    flat, stride = sp.Integer(0), 1
+    for ix, d in zip(reversed(index), reversed(buf.shape)):
+        flat += sp.sympify(ix) * stride
+        stride *= int(d)
+    return flat
+
+
+def buffer_size(buf):
+    return int(np.prod([int(d) for d in buf.shape])) if buf.shape else 1
+
+
+def sum_partials(kernel):
+    """Ids of the LOCAL int32 buffers P that only hold partial sums whose total is all
+    that is ever read (the vector accumulator of a privatized reduction and the partials
+    it is copied to): every read of P is `acc += P[q]` in a loop over all of P's
+    elements, or a whole copy `Q[q] = P[q]` into another such buffer; every store to P
+    resets all of it to 0 or is such a whole copy; every update of P is a sum. Only the
+    total of P can be observed, so a vector loop may add into any of P's lanes (a VNNI
+    dot adds four bytes into one int32 lane)."""
+    seen, bad, copies = {}, set(), []
+
+    def covers(loops, buf, index):
+        """index is the var of the innermost enclosing loop, which spans all of buf."""
+        if not loops or loops[-1] is None or len(index) != 1 or buf.ndim != 1:
+            return False
+        lp = loops[-1]
+        return (sp.sympify(index[0]) == lp.var and sp.sympify(lp.start) == 0
+                and sp.sympify(lp.extent) == sp.sympify(buf.shape[0]))
+
+    def visit(node, loops):
+        if isinstance(node, Loop):
+            loops = loops + [node]
+        elif isinstance(node, Guard):
+            loops = loops + [None]           # a guard between the loop and the statement
+        if isinstance(node, (Store, Update)):
+            buf, v = node.buffer, node.value
+            seen.setdefault(id(buf), buf)
+            copy = (isinstance(node, Store) and isinstance(v, Access) and covers(loops, buf, node.index)
+                    and covers(loops, v.tensor, v.index) and v.tensor.shape == buf.shape)
+            if copy:
+                seen.setdefault(id(v.tensor), v.tensor)
+                copies.append((id(v.tensor), id(buf)))
+            elif isinstance(node, Store):
+                if not (isinstance(v, Const) and v.value == 0 and covers(loops, buf, node.index)):
+                    bad.add(id(buf))
+            elif node.combiner != "sum" or node.arg is not None:
+                bad.add(id(buf))
+            values = [] if copy else [v] + ([node.arg.position] if getattr(node, "arg", None)
+                                            else [])
+            for e in values:
+                for a in walk_expr(e):
+                    if not isinstance(a, Access):
+                        continue
+                    seen.setdefault(id(a.tensor), a.tensor)
+                    merge = (isinstance(node, Update) and node.combiner == "sum"
+                             and node.arg is None and a is v and node.buffer is not a.tensor
+                             and covers(loops, a.tensor, a.index)
+                             and all(loops[-1].var not in sp.sympify(ix).free_symbols
+                                     for ix in node.index))
+                    if not merge:
+                        bad.add(id(a.tensor))
+        for c in getattr(node, "body", ()):
+            visit(c, loops)
+
+    visit(kernel, [])
+    for k, buf in seen.items():
+        if not (buf.scope is Scope.LOCAL and buf.dtype == np.int32 and buf.ndim == 1
+                and sp.sympify(buf.shape[0]).is_Integer):
+            bad.add(k)
+    changed = True
+    while changed:                        # a copy is fine only between good buffers
+        changed = False
+        for src, dst in copies:
+            if (src in bad) != (dst in bad):
+                bad.update((src, dst))
+                changed = True
+    return set(seen) - bad
+
+
+@dataclass
+class VnniDot:
+    """sum(int32(x)) with x int8/uint8 moving with the loop: vpdpbusd(acc, u8, s8)."""
+    access: object          # the Access of x
+    signed: bool            # x is int8 (else uint8)
+
+
+def dot_width(lanes, widths, bits):
+    """The vpdpbusd width (bits) that splits `lanes` bytes into whole dots: the widest
+    the host runs that fits a register and divides the lanes; None if none does."""
+    for w in sorted(widths, reverse=True):
+        if w <= bits and (lanes * 8) % w == 0:
+            return w
+    return None
+
+
 class _Planner:
-    def __init__(self, loop, fast_math, bits):
+    def __init__(self, loop, fast_math, bits, partials=(), vnni=()):
         self.loop, self.var, self.fast_math, self.bits = loop, loop.var, fast_math, bits
+        self.partials, self.vnni_widths = partials, vnni
         self.plan_ = VectorPlan(0)
         self.writes = {}            # buffer -> index written in the loop
         self.reads = []             # (buffer, index) read
         self.sizes = []             # element sizes of values in registers
         self.coeffs = {}
+        self.row_updates = []       # Updates whose target moves with x
 
     def coefficient(self, expr):
         key = sp.sympify(expr)
@@ -97,9 +221,64 @@ class _Planner:
             for buf in [u.buffer] + ([u.arg.buffer] if u.arg else []):
                 if any(b is buf for b, _ in self.reads) or self.writes.get(buf) != "reduce":
                     raise _Refuse(f"accumulator {buf.name} is used by other statements")
+        self.plan_.written = {id(b) for b in self.writes}
+        self.plan_.bound = _constant_bound(self.loop.extent)
         self.plan_.width = self.width()
         self.plan_.unroll = self.unroll(self.plan_.width)
+        if self.whole_width() is not None:
+            self.plan_.width, self.plan_.unroll = self.whole_width(), 1
+            self.plan_.whole = {id(buf) for buf, index in self.plan_.moving
+                                if self.covers_whole(buf, index)}
+        self.plan_.vnni = self.vnni()
+        self.plan_.vnni_widths, self.plan_.bits = self.vnni_widths, self.bits
         return self.plan_
+
+    # ---------------------------------------------------------- whole local buffers
+    def covers_whole(self, buf, index):
+        """buf[index] is a LOCAL buffer of constant shape whose every element the loop
+        visits once, in order: flat offset 0 at the start, step 1, extent = its size."""
+        flat = local_flat(buf, index)
+        bound = _constant_bound(self.loop.extent)
+        if flat is None or bound is None or bound != buffer_size(buf):
+            return False
+        if affine_coefficient(flat, self.var) != 1:
+            return False
+        return sp.expand(flat.subs(self.var, self.loop.start)) == 0
+
+    def whole_width(self):
+        """W = the whole buffer when the loop moves through a LOCAL buffer it covers
+        whole (the vector accumulator S_part[ji]): the lanes of the buffer are one vector
+        value, so LLVM keeps it in registers across an enclosing loop (the loads and
+        stores of a non-escaping alloca at one address are promoted by LICM). Capped at
+        2*MAX_REGISTERS registers of the widest value type."""
+        if not any(self.covers_whole(buf, index) for buf, index in self.plan_.moving):
+            return None
+        w = _constant_bound(self.loop.extent)
+        if w < 2 or w & (w - 1) or self.registers(w) > 2 * MAX_REGISTERS:
+            return None                 # (a power of two: horizontal steps halve it)
+        return w
+
+    # ---------------------------------------------------------- VNNI
+    def vnni(self):
+        """Updates `acc += int32(x)` (x int8 or uint8, moving with the loop) that a VNNI
+        dot can run: a reduction along the loop (its vector accumulator is private), or a
+        row target that is a sum-only partial the loop covers whole (`sum_partials`)."""
+        out = {}
+        if not self.vnni_widths:
+            return out
+        for u in self.plan_.reductions + self.row_updates:
+            if u.combiner != "sum" or u.arg is not None or u.buffer.dtype != np.int32:
+                continue
+            if u not in self.plan_.reductions and not (
+                    id(u.buffer) in self.partials and id(u.buffer) in self.plan_.whole):
+                continue
+            v = u.value
+            if not (isinstance(v, Op) and v.name == "cast" and isinstance(v.args[0], Access)
+                    and v.args[0].dtype in (np.int8, np.uint8) and id(v) in self.plan_.dependent):
+                continue
+            if dot_width(self.plan_.width, self.vnni_widths, self.bits):
+                out[id(u)] = VnniDot(v.args[0], v.args[0].dtype == np.int8)
+        return out
 
     def write(self, buf, index, reduce=False):
         key = "reduce" if reduce else tuple(index)
@@ -140,6 +319,7 @@ class _Planner:
             self.write(s.buffer, s.index)
             if s.arg is not None:
                 self.write(s.arg.buffer, s.arg.index)
+            self.row_updates.append(s)
             return
         dt = np.dtype(s.buffer.dtype)
         if dt.kind == "f" and s.combiner in ("sum", "prod") and not (s.fast_math and

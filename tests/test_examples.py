@@ -13,3 +13,16 @@ def test_split_k_example_small():
     assert "after split_k" in run.stdout
     assert "C_part[ko, i, j] +=" in run.stdout
     assert "split_k: all results match numpy" in run.stdout
+
+
+def test_innermost_reduction_example_small():
+    run = subprocess.run([sys.executable, str(EXAMPLES / "innermost_reduction.py"), "--small"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    for strategy in ("inner_parallel", "inner_reduction", "vector_accumulator"):
+        assert f"--- {strategy}" in out and out.count(strategy) >= 3, strategy
+    assert "S_part[ji] += int32(X[i, ji + " in out          # the accumulator vector
+    assert "S_acc += S_part[ji_1]" in out                   # one horizontal reduction
+    assert "fast_math=False" in out and "numpy a.sum(axis=1)" in out
+    assert "innermost_reduction: all results match numpy" in out

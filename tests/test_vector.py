@@ -423,3 +423,39 @@ def test_sum_partials():
             return node.replace(combiner="max")
         return node
     assert not sum_partials(map_nest(kernel, merge_max))
+
+
+@pytest.mark.parametrize("dtype,combiner", [("int8", "sum"), ("float32", "sum"),
+                                            ("float64", "argmax"), ("int16", "max")])
+def test_inner_parallel_transposed(dtype, combiner):
+    """for j: for ii (vector): acc[ii] += X[ii, j] runs blocks of K columns of W rows
+    transposed in registers (each lane keeps its row's order, so float sums match the
+    sequential ones closely and argmax keeps its tie rule); the last columns gather, a
+    column step other than one runs the loop as it was. Rows around W, columns around K."""
+    defn = _row_reduction(combiner, dtype)
+    rng = np.random.default_rng(13)
+    for tail in ("peel", "mask"):
+        f = tex.compile(_strategy(defn, "inner_parallel", tail))
+        assert "tr.j" in f.llvm_ir
+        for m, n in [(1, 1), (7, 17), (63, 65), (64, 64), (65, 513), (130, 15), (5, 0), (0, 9)]:
+            wide = _data(rng, dtype, (m, 2 * n), combiner)
+            for layout, a in [("contiguous", wide[:, :n]), ("rows[::-1]", wide[::-1, n:]),
+                              ("columns[::2]", wide[:, ::2]),
+                              ("transposed", np.asfortranarray(wide[:, :n]))]:
+                try:
+                    _check(f(a), numpy_ref.evaluate(defn, [a])[0], dtype, n)
+                except AssertionError as err:
+                    raise AssertionError(f"{tail} {m}x{n} {layout}: {err}") from None
+
+
+def test_inner_parallel_sequential_order():
+    """Without fast_math a float row sum keeps the sequential order: the transposed
+    blocks give each lane its row's elements in order, so the sums are bit-identical."""
+    defn = _row_reduction("sum", "float32")
+    s = tex.schedule(defn, fast_math=False)
+    s[defn].reduction_strategy("inner_parallel", tail="peel")
+    f = tex.compile(s)
+    assert "tr.j" in f.llvm_ir
+    a = np.random.default_rng(14).standard_normal((37, 300)).astype(np.float32) * 1e3
+    sequential = np.cumsum(a, axis=1, dtype=np.float32)[:, -1]
+    assert f(a).tolist() == sequential.tolist()

@@ -239,6 +239,8 @@ class Codegen:
         end = self.b.add(start, self.index(loop.extent))
         if loop.kind is LoopKind.VECTOR:
             return emit_vector_loop(self, loop, start, end)
+        if emit_transposed(self, loop, start, end):     # for j: (for ii: vector over rows)
+            return
         self._serial_loop(loop, start, end)
 
     def _serial_loop(self, loop, start, end, metadata=None):
@@ -549,7 +551,7 @@ def floor_div(b, a, d):
 
 
 from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen's helpers)
-from .vector import emit_vector_loop  # noqa: E402
+from .vector import emit_transposed, emit_vector_loop  # noqa: E402
 
 
 def build(kernel, name, fast_math=True):

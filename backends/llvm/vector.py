@@ -63,7 +63,7 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Store
+from ...scheduler.ir import Guard, Loop, LoopKind, Store, Update
 from ...scheduler.stage import identity
 from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
                       type_suffix, value_type)
@@ -110,6 +110,7 @@ class VectorLoop:
         self.accs = {}          # id(Update) -> (value slot, position slot or None)
         self.phase = "main"     # "first": the first vector of the main loop, "rest": after it
         self.gathering = set()  # ids of buffers whose loads gather (the strided version)
+        self.override = {}      # id(Access) -> its <W x T> value for the chunk (transposed)
         # one vector covers the loop (a constant bound of at most W lanes): no loop
         self.single = plan.bound is not None and plan.bound <= plan.width * plan.unroll
 
@@ -492,6 +493,8 @@ class VectorLoop:
         if id(e) not in self.plan.dependent:
             return self.splat(self._scalar(e, mask))
         if isinstance(e, Access):
+            if id(e) in self.override:
+                return self.override[id(e)]
             return self._read(e.tensor, e.index, mask)
         if isinstance(e, IndexValue):
             base = self.splat(cg.index(e.expr))
@@ -647,3 +650,260 @@ def _reduce_intrinsic(cg, combiner, dt, vec, fast):
         name = {"sum": "add", "prod": "mul", "max": sign + "max", "min": sign + "min"}[combiner]
     fn = cg._extern(f"llvm.vector.reduce.{name}.{suffix}", ty, [vec.type])
     return cg.b.call(fn, [vec])
+
+
+# ---------------------------------------------------------------- transposed blocks
+def emit_transposed(cg, loop, start, end):
+    """Codegen._loop for a serial loop `for j: V` whose body is one vector loop V
+    (for ii, vectorized) reading rows that step by a runtime stride across the lanes
+    and by one element along j -- the inner-parallel reduction
+    `for j: for ii (vector): acc[ii] += f(X[ii, j])`, where each lane owns a row.
+    Emitted as, for each vector of W rows (lanes):
+
+        for jb in steps of K = W columns:   load K contiguous elements of each of the
+                                            W rows, transpose the W x K block in
+                                            registers (log2 W rounds of shuffles), run V
+                                            once per column on the transposed vectors
+        for the last columns:               V per column, the rows gathered
+
+    Each lane sees its row's elements in the original order, so any combiner and
+    any dtype give the scalar loop's result. Returns False (nothing emitted) when the
+    pattern does not hold; at run time a j step other than one runs the loop as it was."""
+    if loop.kind is not LoopKind.SERIAL or len(loop.body) != 1:
+        return False
+    inner = loop.body[0]
+    if not isinstance(inner, Loop) or inner.kind is not LoopKind.VECTOR:
+        return False
+    j = loop.var
+    if j in sp.sympify(inner.start).free_symbols | sp.sympify(inner.extent).free_symbols:
+        return False
+    partials, widths = _kernel_facts(cg)
+    plan = plan_vector_loop(inner, cg.fast_math, partials=partials, vnni=widths)
+    if isinstance(plan, str) or plan.reductions or plan.width < 2 or plan.unroll != 1:
+        return False
+    found = _transposable(inner, plan, j)
+    if found is None:
+        return False
+    TransposedLoop(cg, inner, plan, loop, *found).emit_outer(start, end)
+    return True
+
+
+def _transposable(inner, plan, j):
+    """The reads of the vector loop `inner` to load as transposed blocks (they move
+    with the lanes and with j, from buffers the loop does not write, and a register of
+    their elements holds W of them), or None when the loop does not fit the pattern:
+    statements whose targets move with j, guards on j, other reads that move with j and
+    the lanes."""
+    from tex.expr import walk as walk_expr
+    from ...scheduler.ir import walk
+    var, w = inner.var, plan.width
+    if w & (w - 1):
+        return None
+    out, blocks = [], set()
+    for s in walk(inner):
+        if isinstance(s, Guard) and j in s.cond.free_symbols:
+            return None
+        if not isinstance(s, (Store, Update)):
+            continue
+        targets = [(s.buffer, s.index)] + ([(s.arg.buffer, s.arg.index)]
+                                            if getattr(s, "arg", None) else [])
+        if any(j in sp.sympify(ix).free_symbols for _, index in targets for ix in index):
+            return None
+        values = [s.value] + ([s.arg.position] if getattr(s, "arg", None) else [])
+        for v in values:
+            for a in walk_expr(v):
+                if not isinstance(a, Access):
+                    continue
+                along_j = any(affine_coefficient(ix, j) != 0 for ix in a.index)
+                across = any(affine_coefficient(ix, var) != 0 for ix in a.index)
+                if not (along_j and across):
+                    continue
+                if id(a.tensor) in plan.written:
+                    return None
+                # K columns: W*K elements in at most 16 registers
+                blocks.add(max(2, min(w, 16 * plan.bits // (8 * w * itemsize(a.dtype)))))
+                out.append(a)
+    if not out or len(blocks) != 1:
+        return None
+    return out, blocks.pop()
+
+
+class TransposedLoop(VectorLoop):
+    """emit_transposed's code: VectorLoop's chunks over the lanes, with a loop over j
+    inside each chunk."""
+
+    def __init__(self, cg, inner, plan, outer, rows, block):
+        super().__init__(cg, inner, plan)
+        self.outer, self.rows, self.block = outer, rows, block
+        self.single = plan.bound is not None and plan.bound <= plan.width
+
+    def emit_outer(self, start, end):
+        cg = self.cg
+        b = cg.b
+        j = self.outer.var
+        ok = ir.Constant(I1, 1)
+        for a in self.rows:                       # one element along j
+            _, strides = cg.memory[a.tensor]
+            step = None
+            for ix, st in zip(a.index, strides):
+                c = affine_coefficient(ix, j)
+                if c != 0:
+                    term = b.mul(cg.index(c), st)
+                    step = term if step is None else b.add(step, term)
+            ok = b.and_(ok, b.icmp_signed("==", step, ir.Constant(I64, 1)))
+        row_keys = {(id(a.tensor), tuple(a.index)) for a in self.rows}
+        for buf, index in self.plan.moving:       # other rows: one element across lanes
+            if (id(buf), tuple(index)) in row_keys:
+                continue
+            st = self.access_step(buf, index)
+            if isinstance(st, int):
+                ok = b.and_(ok, ir.Constant(I1, int(st == 1)))
+            else:
+                ok = b.and_(ok, b.icmp_signed("==", st, ir.Constant(I64, 1)))
+        with b.if_else(ok) as (fast, other):
+            with fast:
+                self._lanes(start, end)
+            with other:
+                cg._serial_loop(self.outer, start, end)
+
+    def _lanes(self, j_start, j_end):
+        """Chunks of W lanes over the vector loop's range, the last one masked."""
+        cg, w = self.cg, self.w
+        b = cg.b
+        start = cg.index(self.loop.start)
+        end = b.add(start, cg.index(self.loop.extent))
+        n = b.sub(end, start)
+        n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
+        main_end = b.add(start, b.and_(n, ir.Constant(I64, -w)))
+        self._each(start, main_end, lambda base: self._columns(base, None, j_start, j_end))
+        rem = b.sub(end, main_end)
+        with b.if_then(b.icmp_signed(">", rem, ir.Constant(I64, 0))):
+            mask = b.icmp_signed("<", self.iota, self.splat(rem))
+            self._columns(start if self.single else main_end, mask, j_start, j_end)
+
+    def _each(self, start, stop, body):
+        """body(base) for base in start..stop step W (a branch when one vector covers it)."""
+        cg = self.cg
+        b = cg.b
+        if self.single:
+            with b.if_then(b.icmp_signed("<", start, stop)):
+                body(start)
+            return
+        pre = b.block
+        head = cg.fn.append_basic_block("tr.lanes")
+        loop_body = cg.fn.append_basic_block("tr.lanes.body")
+        done = cg.fn.append_basic_block("tr.lanes.end")
+        b.branch(head)
+        b.position_at_end(head)
+        v = b.phi(I64)
+        v.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
+        b.position_at_end(loop_body)
+        body(v)
+        nxt = b.add(v, ir.Constant(I64, self.w))
+        b.branch(head)
+        v.add_incoming(nxt, b.block)
+        b.position_at_end(done)
+
+    def _columns(self, base, mask, j_start, j_end):
+        """The j loop for the lanes base..base+W-1: blocks of K = W columns, then the
+        remaining columns one by one (their rows gathered)."""
+        cg, k = self.cg, self.block
+        b = cg.b
+        j = self.outer.var
+        n = b.sub(j_end, j_start)
+        n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
+        blocks_end = b.add(j_start, b.and_(n, ir.Constant(I64, -k)))
+
+        def block(jb):
+            cg.env[j] = jb
+            cg.env[self.var] = base
+            cols = {id(a): self._transposed_block(a, base, mask) for a in self.rows}
+            for c in range(k):
+                cg.env[j] = b.add(jb, ir.Constant(I64, c))
+                self.override = {key: v[c] for key, v in cols.items()}
+                self._chunk(base, mask)
+            self.override = {}
+            del cg.env[j]
+        self._serial(j_start, blocks_end, k, block, "tr.j")
+
+        def column(jc):
+            cg.env[j] = jc
+            self.gathering = {id(a.tensor) for a in self.rows}
+            self._chunk(base, mask)
+            self.gathering = set()
+            del cg.env[j]
+        self._serial(blocks_end, j_end, 1, column, "tr.jrest")
+
+    def _serial(self, start, stop, step, body, name):
+        cg = self.cg
+        b = cg.b
+        pre = b.block
+        head = cg.fn.append_basic_block(name)
+        loop_body = cg.fn.append_basic_block(f"{name}.body")
+        done = cg.fn.append_basic_block(f"{name}.end")
+        b.branch(head)
+        b.position_at_end(head)
+        v = b.phi(I64)
+        v.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
+        b.position_at_end(loop_body)
+        body(v)
+        nxt = b.add(v, ir.Constant(I64, step))
+        nxt.flags.append("nsw")
+        latch = b.branch(head)
+        md = cg.module.add_metadata([ir.MetaDataString(cg.module, "llvm.loop.vectorize.enable"),
+                                     ir.Constant(I1, 0)])
+        latch.set_metadata("llvm.loop", _self_referential(cg.module, md))
+        v.add_incoming(nxt, b.block)
+        b.position_at_end(done)
+
+    def _transposed_block(self, a, base, mask):
+        """The W x K block of `a` (rows: the lanes base.., columns: the current j..j+K-1)
+        as K vectors of W lanes. The rows' K-element loads are concatenated into K
+        vectors of W elements (the block's elements in row-major order), then log2 W
+        rounds of perfect shuffles (each rotates the bits of an element's flat index by
+        one) move element (r, c) from r*K + c to c*W + r: vector c, lane r. K*W elements
+        fill at most 16 registers, so the block stays in registers."""
+        cg, w, k = self.cg, self.w, self.block
+        b = cg.b
+        kty = ir.VectorType(memory_type(a.dtype), k)
+        rows = []
+        for r in range(w):
+            cg.env[self.var] = b.add(base, ir.Constant(I64, r))
+            ptr = cg.address(a.tensor, a.index)
+            if mask is None:
+                v = b.load(_vector_pointer(b, ptr, kty), typ=kty, align=itemsize(a.dtype))
+            else:                   # a masked-off lane's row may not exist: do not touch it
+                on = self._splat_to(b.extract_element(mask, ir.Constant(I32, r)), k)
+                fn = cg._extern(f"llvm.masked.load.{type_suffix(kty)}.p0", kty,
+                                [PTR, I32, on.type, kty])
+                v = b.call(fn, [ptr, ir.Constant(I32, itemsize(a.dtype)), on,
+                                ir.Constant(kty, None)])
+            rows.append(v)
+        cg.env[self.var] = base
+        vs = rows
+        while vs[0].type.count < w:             # concatenate neighbouring rows
+            n = vs[0].type.count
+            idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, x)
+                                                          for x in range(2 * n)])
+            vs = [b.shuffle_vector(vs[t], vs[t + 1], idx) for t in range(0, len(vs), 2)]
+        half, n = w // 2, len(vs)
+        for _ in range(w.bit_length() - 1):
+            new = []
+            for t in range(n):
+                off = (t % 2) * half
+                idx = [off + e // 2 + (w if e % 2 else 0) for e in range(w)]
+                new.append(b.shuffle_vector(vs[t // 2], vs[n // 2 + t // 2], ir.Constant(
+                    ir.VectorType(I32, w), [ir.Constant(I32, x) for x in idx])))
+            vs = new
+        if np.dtype(a.dtype).kind == "b":
+            vs = [b.trunc(v, self.vtype(I1)) for v in vs]
+        return vs
+
+    def _splat_to(self, v, n):
+        b = self.cg.b
+        one = b.insert_element(ir.Constant(ir.VectorType(v.type, n), None), v,
+                               ir.Constant(I32, 0))
+        return b.shuffle_vector(one, ir.Constant(ir.VectorType(v.type, n), None),
+                                ir.Constant(ir.VectorType(I32, n), [ir.Constant(I32, 0)] * n))

@@ -43,6 +43,11 @@ def identity(combiner, dtype):
     return Const(info.max if big else info.min, dtype)
 
 
+# an accumulator tile this small (a few vector registers) is kept in a local array that
+# LLVM promotes to registers, instead of accumulating in the output's memory
+REGISTER_TILE_BYTES = 2048
+
+
 @dataclass(frozen=True, eq=False)
 class Axis:
     """One loop of a stage: a unique variable, its extent, whether it reduces, its kind."""
@@ -310,7 +315,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     acc_dtype = value.dtype if arg else red.dtype
     if not arg and value.dtype != acc_dtype:
         value = cast(value, acc_dtype)
-    if inner_out and not arg and acc_dtype == out_buf.dtype:
+    from .region import upper_bound
+    tile = [upper_bound(a.extent, state_vars(state)) for a in inner_out]
+    register_tile = inner_out and all(t.is_Integer for t in tile) and \
+        int(np.prod([int(t) for t in tile])) * np.dtype(acc_dtype).itemsize <= REGISTER_TILE_BYTES
+    if inner_out and not arg and acc_dtype == out_buf.dtype and not register_tile:
         acc, acc_index = out_buf, out_index          # accumulate in the output itself
     else:
         # extents that shrink in a tail (Min(T, E - o*T)) are largest at o = 0

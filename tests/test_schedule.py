@@ -119,10 +119,12 @@ GOLDEN_TILED_MATMUL = """\
 for io in 0..ceiling(M/8):  # parallel
   for j in 0..N:
     for ii in 0..Min(8, M - 8*io):
-      C[ii + 8*io, j] = 0.0
+      C_acc[ii] = 0.0
     for k in 0..K:  # reduction
       for ii in 0..Min(8, M - 8*io):
-        C[ii + 8*io, j] += (A[ii + 8*io, k] * B[k, j])"""
+        C_acc[ii] += (A[ii + 8*io, k] * B[k, j])
+    for ii in 0..Min(8, M - 8*io):
+      C[ii + 8*io, j] = C_acc[ii]"""
 
 
 def test_golden_tiled_matmul():
@@ -303,11 +305,14 @@ for io in 0..ceiling(M/4):  # parallel
   for jo in 0..ceiling(N/16):
     for ii in 0..Min(4, M - 4*io):  # unrolled
       for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
-        C[ii + 4*io, ji + 16*jo] = 0.0
+        C_acc[ii, ji] = 0.0
     for k in 0..K:  # reduction
       for ii in 0..Min(4, M - 4*io):  # unrolled
         for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
-          C[ii + 4*io, ji + 16*jo] += (A[ii + 4*io, k] * B[k, ji + 16*jo])"""
+          C_acc[ii, ji] += (A[ii + 4*io, k] * B[k, ji + 16*jo])
+    for ii in 0..Min(4, M - 4*io):  # unrolled
+      for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
+        C[ii + 4*io, ji + 16*jo] = C_acc[ii, ji]"""
 
 
 def test_golden_tiled_and_vectorized_matmul():

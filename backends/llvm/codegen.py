@@ -56,6 +56,7 @@ class Codegen:
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         self.module = ir.Module(name=name)
         self.buffers = _kernel_buffers(kernel)
+        self.contract = False  # set while emitting a fast-math reduction's value
         self.lanes = None      # while vector.py emits <lanes x T> values: intrinsics take .vN
 
     # ------------------------------------------------------------ entry point
@@ -384,7 +385,7 @@ class Codegen:
         b = self.b
         ptr = self.address(s.buffer, s.index)
         acc = self._load(ptr, s.buffer.dtype)
-        x = self.value(s.value)
+        x = self.reduced_value(s)
         if s.arg is None:
             self._store(ptr, COMBINE[s.combiner](self, s.buffer.dtype, acc, x, s.fast_math),
                         s.buffer.dtype)
@@ -394,6 +395,15 @@ class Codegen:
         better = _better(self, s.buffer.dtype, s.combiner, x, acc, pos, acc_pos)
         self._store(ptr, b.select(better, x, acc), s.buffer.dtype)
         self._store(pos_ptr, b.select(better, pos, acc_pos), np.int64)
+
+    def reduced_value(self, update):
+        """The value an Update combines in: with fast_math, its float products may fuse
+        with the accumulation into FMAs (as BLAS does); elementwise code never does."""
+        self.contract = update.fast_math
+        try:
+            return self.value(update.value)
+        finally:
+            self.contract = False
 
     # ------------------------------------------------------------ memory
     def address(self, buf, index):

@@ -23,7 +23,10 @@ def _binary(int_op, float_op, bool_op, uint_op=None):
                 "float": float_op}[kind]
         if name is None:
             raise NotImplementedError(f"codegen: {e.name} on {e.args[0].dtype}")
-        return getattr(cg.b, name)(a, b)
+        v = getattr(cg.b, name)(a, b)
+        if kind == "float" and cg.contract:
+            v.flags.append("contract")      # a*b feeding a fast-math sum may become an FMA
+        return v
     return emit
 
 

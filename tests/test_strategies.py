@@ -478,10 +478,12 @@ def _golden(strategy, tail):
         return (f"# S\n"
                 f"for io in 0..ceiling(M/{w}):\n"
                 f"  for ii in 0..Min({w}, M - {w}*io):  # {t}\n"
-                f"    S[ii + {w}*io] = 0\n"
+                f"    S_acc[ii] = 0\n"
                 f"  for j in 0..N:  # reduction\n"
                 f"    for ii in 0..Min({w}, M - {w}*io):  # {t}\n"
-                f"      S[ii + {w}*io] += int32(X[ii + {w}*io, j])")
+                f"      S_acc[ii] += int32(X[ii + {w}*io, j])\n"
+                f"  for ii in 0..Min({w}, M - {w}*io):  # {t}\n"
+                f"    S[ii + {w}*io] = S_acc[ii]")
     if strategy == "inner_reduction":       # a horizontal reduction into S_acc per vector
         return (f"# S\n"
                 f"for i in 0..M:\n"
@@ -490,14 +492,17 @@ def _golden(strategy, tail):
                 f"    for ji in 0..Min({w}, N - {w}*jo):  # {t}, reduction\n"
                 f"      S_acc += int32(X[i, ji + {w}*jo])\n"
                 f"  S[i] = S_acc")
-    # the accumulator vector S_part, one horizontal reduction (ji_1) after the loop
+    # the accumulator vector S_acc[ji] (a register tile), then one horizontal reduction
+    # of its copy S_part (the loop over ji_1) after the reduction loop
     return (f"# S\n"
             f"for i in 0..M:\n"
             f"  for ji in 0..{w}:  # {t}\n"
-            f"    S_part[ji] = 0\n"
+            f"    S_acc[ji] = 0\n"
             f"  for jo in 0..ceiling(N/{w}):  # reduction\n"
             f"    for ji in 0..Min({w}, N - {w}*jo):  # {t}\n"
-            f"      S_part[ji] += int32(X[i, ji + {w}*jo])\n"
+            f"      S_acc[ji] += int32(X[i, ji + {w}*jo])\n"
+            f"  for ji in 0..{w}:  # {t}\n"
+            f"    S_part[ji] = S_acc[ji]\n"
             f"  S_acc = 0\n"
             f"  for ji_1 in 0..{w}:  # reduction\n"
             f"    S_acc += S_part[ji_1]\n"

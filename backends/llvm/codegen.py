@@ -240,7 +240,7 @@ class Codegen:
         end = self.b.add(start, self.index(loop.extent))
         if loop.kind is LoopKind.VECTOR:
             return emit_vector_loop(self, loop, start, end)
-        if emit_transposed(self, loop, start, end):     # for j: (for ii: vector over rows)
+        if emit_serial(self, loop, start, end):      # loops around vector loops (vector.py)
             return
         self._serial_loop(loop, start, end)
 
@@ -561,7 +561,7 @@ def floor_div(b, a, d):
 
 
 from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen's helpers)
-from .vector import emit_transposed, emit_vector_loop  # noqa: E402
+from .vector import emit_serial, emit_vector_loop  # noqa: E402
 
 
 def build(kernel, name, fast_math=True):

@@ -652,6 +652,56 @@ def _reduce_intrinsic(cg, combiner, dt, vec, fast):
     return cg.b.call(fn, [vec])
 
 
+# ---------------------------------------------------------------- serial loops around vector loops
+def emit_serial(cg, loop, start, end):
+    """Codegen._loop for a serial loop: special forms for the loops around a vector
+    loop; False when none applies (Codegen emits the loop as it is)."""
+    if loop.kind is not LoopKind.SERIAL:
+        return False
+    return emit_transposed(cg, loop, start, end) or emit_full_tiles(cg, loop, start, end)
+
+
+def emit_full_tiles(cg, loop, start, end):
+    """A loop `for jo` holding vector loops of extent Min(c, A - c*jo) (the last tile of
+    a split is shorter): the iterations jo < floor(A/c), where the tile is whole, run a
+    copy of the loop whose vector loops have the constant extent c -- one vector each,
+    with no tail test -- and the remaining iterations the loop as it is."""
+    from ...scheduler.ir import map_nest, walk
+    jo = loop.var
+    tiles, split = {}, None
+    for n in walk(loop):
+        if not (isinstance(n, Loop) and n.kind is LoopKind.VECTOR):
+            continue
+        e = sp.sympify(n.extent)
+        if jo not in e.free_symbols:
+            continue
+        if not isinstance(e, sp.Min) or len(e.args) != 2:
+            return False
+        c = next((x for x in e.args if x.is_Integer), None)
+        rest = next((x for x in e.args if not x.is_Integer), None)
+        if c is None or rest is None or c <= 0 or affine_coefficient(rest, jo) != -c:
+            return False
+        bound = sp.floor(sp.expand(rest + c * jo) / c)     # jo < bound: A - c*jo >= c
+        tiles[e] = c
+        split = bound if split is None else sp.Min(split, bound)
+    if not tiles:
+        return False
+
+    def whole(node):
+        if isinstance(node, Loop) and node.kind is LoopKind.VECTOR and \
+                sp.sympify(node.extent) in tiles:
+            return node.replace(extent=tiles[sp.sympify(node.extent)])
+        return node
+    full = map_nest(loop, whole)
+    b = cg.b
+    mid = cg.index(split)
+    mid = b.select(b.icmp_signed("<", mid, start), start, mid)
+    mid = b.select(b.icmp_signed(">", mid, end), end, mid)
+    cg._serial_loop(full, start, mid)
+    cg._serial_loop(loop, mid, end)
+    return True
+
+
 # ---------------------------------------------------------------- transposed blocks
 def emit_transposed(cg, loop, start, end):
     """Codegen._loop for a serial loop `for j: V` whose body is one vector loop V

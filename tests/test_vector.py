@@ -459,3 +459,24 @@ def test_inner_parallel_sequential_order():
     a = np.random.default_rng(14).standard_normal((37, 300)).astype(np.float32) * 1e3
     sequential = np.cumsum(a, axis=1, dtype=np.float32)[:, -1]
     assert f(a).tolist() == sequential.tolist()
+
+
+def test_tiled_matmul_full_tiles():
+    """C[i, jo*16 + ji] += A[i, k] * B[k, jo*16 + ji], ji vectorized inside k: the jo
+    loop runs its whole tiles as a copy with 16-lane loops and the last tile as it is;
+    the k loop over a vector loop reads B in transposed blocks when B is column-major."""
+    i, j, k = tex.indices("i j k")
+    A = tex.tensor("A", (M, K), "float64")
+    B = tex.tensor("B", (K, N), "float64")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    rng = np.random.default_rng(15)
+    for tail in ("mask", "peel"):
+        s = tex.schedule(C)
+        jo, ji = s[C].split(j, 16)
+        s[C].reorder(i, jo, k, ji)
+        s[C].vectorize(ji, tail=tail)
+        f = tex.compile(s)
+        for m, kk, n in [(3, 5, 17), (2, 16, 64), (4, 33, 15), (1, 0, 40)]:
+            a, b = _data(rng, "float64", (m, kk)), _data(rng, "float64", (kk, n))
+            for bb in (b, np.asfortranarray(b)):
+                _check(f(a, bb), numpy_ref.evaluate(C, [a, bb])[0], "float64", kk)

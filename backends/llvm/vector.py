@@ -1,4 +1,5 @@
-"""Explicit vector code for `LoopKind.VECTOR` loops (the innermost loop of a stage).
+"""Explicit vector code for `LoopKind.VECTOR` loops (the innermost loop of a stage), and
+for the serial loops directly around them (`emit_serial`).
 
 A vector loop `for x in s..s+E` whose body holds Store / Update / Guard statements is
 emitted as
@@ -11,8 +12,12 @@ emitted as
         tail "mask": if E%W: body once more with lane mask (lane < E%W)
         acc = combine(acc, horizontal(acc_vec))  (one horizontal step per loop)
         tail "peel": for x in s + E - E%W .. s+E: the scalar body
+    elif every access written in the loop has a step of one element:
+        the same vector loop, the other moving loads gathered (llvm.masked.gather)
     else:
-        the scalar loop (right for any strides: views, reversed and transposed rows)
+        the scalar loop (right for any strides)
+
+(A constant bound of E of at most U*W lanes makes each "for v" a branch: one vector.)
 
 Rules:
 - Width. R = 512 register bits when the host has avx512f, 256 with avx2, else 128.
@@ -21,6 +26,15 @@ Rules:
   on AVX-512: four int32 accumulator registers, independent chains). W is halved while
   the widest value type in the body would take more than MAX_REGISTERS registers, and
   is capped by a constant bound of the extent (a 8-wide inner loop gets W = 8).
+- Whole local buffers. When x moves through a LOCAL buffer of constant shape element by
+  element from its first to its last (`acc[ji]` for ji in 0..64, the vector accumulator
+  of a privatized reduction or a register tile), W is the whole buffer (a power of two,
+  at most 2*MAX_REGISTERS registers of the widest type), U = 1: the buffer is one
+  `<W x T>` value, loaded and stored whole at one address, with the remainder of a short
+  tile as a lane mask and a select whatever the tail (lane k is element k, so each
+  element sees the scalar loop's operations). LLVM then keeps it in registers across
+  the enclosing loops (LICM promotes the loads and stores of a non-escaping alloca at
+  one address; SROA removes it).
 - Unroll. With a reduction along x, the accumulator's dependence chain (an add of
   latency 3-4, argmax's compare and select) would limit the loop, so the main loop
   runs U*W lanes: U doubles while the accumulator type fits MAX_REGISTERS registers,
@@ -28,11 +42,13 @@ Rules:
   sums and argmax on AVX-512: U = 4, four independent zmm chains; int8 -> int32: U = 1).
   LLVM splits a <U*W x T> operation into U independent register operations.
 - Accesses. An access whose index moves with x by a coefficient c (affine; c may be a
-  size) has step sum_d c_d * stride_d elements; stride values are runtime, so the unit
-  step is checked before the loop (the versioning above). A unit step is a plain
-  `load/store <W x T>` aligned to the element size; an access that does not move is a
-  scalar load and a splat (a subtree that does not move is computed as scalars);
-  `IndexValue` is base + c * <0, 1, .., W-1>.
+  size) has step sum_d c_d * stride_d elements; stride values are runtime (a LOCAL
+  buffer's are known), so the unit step is checked before the loop (the versioning
+  above). A unit step is a plain `load/store <W x T>` aligned to the element size;
+  other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
+  ones lane by lane); an access that does not move is a scalar load and a splat (a
+  subtree that does not move is computed as scalars); `IndexValue` is
+  base + c * <0, 1, .., W-1>.
 - Ops. The op tables of ops.py run on vector operands (Codegen.lanes makes intrinsics
   take the `.vN` suffix); ops with no vector form (libm's erf, integer power) run lane
   by lane (extract, scalar op, insert).
@@ -46,6 +62,16 @@ Rules:
   without fast_math is not reassociated: its loop stays scalar. A target that moves
   with x is loaded, combined and stored as vectors (C[i, j] += A[i, k] * B[k, j] with
   j vectorized).
+- VNNI. On a host with avx512vnni (512-bit; 256/128-bit with avx512vl, or avxvnni), an
+  int32 sum of int32(x), x int8 or uint8 moving with the loop, runs vpdpbusd: each
+  int32 lane gets the exact sum of four bytes (u8 x s8 products with the byte vector
+  and ones; masked-off bytes are zeroed), added to the accumulator afterwards so that
+  the dots do not wait for each other. The dot puts four bytes into one lane, so it is
+  used where lanes are not observable: the private accumulator of a reduction along
+  x (horizontal step over W/4 lanes), and a whole LOCAL partial buffer whose total is
+  all the kernel ever reads (`vector_plan.sum_partials`: the vector accumulator of a
+  privatized sum): the dots go into its first W/4 lanes. Not for int8 * int8 products
+  (yet) nor for targets whose lanes are results.
 - Masks. Guards whose condition moves with x become lane masks; a masked statement
   uses llvm.masked.load/store and masked-off lanes keep the accumulator unchanged (they
   contribute the identity). A guard that does not move with x stays a branch.
@@ -53,7 +79,20 @@ Rules:
   reason): statements other than Store/Update/Guard, a Store to an element that does
   not move with x, an index or guard that is not affine in x, a buffer written in the
   loop and accessed there at another index, a float sum/prod reduction without
-  fast_math, a constant extent below 2.
+  fast_math, a constant extent below 2; at run time, a written access whose step is
+  not one element.
+
+Serial loops around a vector loop (`emit_serial`, called by Codegen._loop):
+- `for j: for ii (vector): acc[ii] (op)= f(X[ii, j])` -- each lane owns a row, the rows
+  step by a runtime stride (inner-parallel reductions) -- runs, for each vector of W
+  lanes, blocks of K columns: K contiguous elements of each of the W rows, transposed
+  in registers by log2 W rounds of shuffles (W*K elements in at most 16 registers), the
+  vector loop's body once per column; the remaining columns gather. Each lane sees its
+  row in order, so every combiner and dtype (and float sums without fast_math) give
+  the scalar result. At run time a j step other than one element runs the loop as is.
+- A loop `for jo` whose vector loops have extent Min(c, A - c*jo) (a split's last tile
+  is shorter) runs its whole tiles, jo < floor(A/c), as a copy with constant extents
+  (one vector, no tail test), then the last tile.
 """
 from contextlib import contextmanager
 
@@ -308,7 +347,7 @@ class VectorLoop:
             # first W/4 lanes (the total is all that is read), the other lanes keep theirs
             d = self._dot(self.plan.vnni[id(s)], mask)
             k = d.type.count
-            zero = ir.Constant(d.type, None if False else [ir.Constant(I32, 0)] * k)
+            zero = ir.Constant(d.type, [ir.Constant(I32, 0)] * k)
             pad = b.shuffle_vector(d, zero, ir.Constant(ir.VectorType(I32, self.w), [
                 ir.Constant(I32, n if n < k else k) for n in range(self.w)]))
             self._write(s.buffer, s.index, b.add(acc, pad), None)
@@ -669,6 +708,7 @@ def emit_full_tiles(cg, loop, start, end):
     from ...scheduler.ir import map_nest, walk
     jo = loop.var
     tiles, split = {}, None
+    inner_vars = {n.var for n in walk(loop) if isinstance(n, Loop)}
     for n in walk(loop):
         if not (isinstance(n, Loop) and n.kind is LoopKind.VECTOR):
             continue
@@ -682,6 +722,8 @@ def emit_full_tiles(cg, loop, start, end):
         if c is None or rest is None or c <= 0 or affine_coefficient(rest, jo) != -c:
             return False
         bound = sp.floor(sp.expand(rest + c * jo) / c)     # jo < bound: A - c*jo >= c
+        if bound.free_symbols & inner_vars:
+            return False                                   # not known before the loop
         tiles[e] = c
         split = bound if split is None else sp.Min(split, bound)
     if not tiles:

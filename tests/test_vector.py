@@ -480,3 +480,33 @@ def test_tiled_matmul_full_tiles():
             a, b = _data(rng, "float64", (m, kk)), _data(rng, "float64", (kk, n))
             for bb in (b, np.asfortranarray(b)):
                 _check(f(a, bb), numpy_ref.evaluate(C, [a, bb])[0], "float64", kk)
+
+
+@pytest.mark.parametrize("xt,yt", [("int8", "int8"), ("uint8", "int8"), ("int8", "uint8"),
+                                   ("uint8", "uint8")])
+def test_vnni_products(xt, yt):
+    """sum(int32(x) * int32(y)) over bytes: one dot (u8 x s8), or two for s8 x s8 and
+    u8 x u8; exact at the extremes, with masked tails and under the vector accumulator."""
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), xt)
+    Y = tex.tensor("Y", (M, N), yt)
+    D = tex.compute("D", (i,), tex.sum(X[i, j].astype("int32") * Y[i, j].astype("int32"),
+                                       over=j, dtype="int32"))
+    rng = np.random.default_rng(16)
+
+    def make(dt, shape):
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max + 1, shape).astype(dt)
+        if a.size:
+            a.flat[::3] = info.min
+            a.flat[1::3] = info.max
+        return a
+    vnni = bool(vector.vnni_bits(jit.Host.get()))
+    for name in ("inner_reduction", "vector_accumulator"):
+        for tail in ("peel", "mask"):
+            f = tex.compile(_strategy(D, name, tail))
+            assert ("vpdpbusd" in f.llvm_ir) == vnni
+            for m, n in [(1, 0), (3, 1), (2, 63), (3, 65), (2, 1000)]:
+                a, b = make(xt, (m, n)), make(yt, (m, n))
+                want = (a.astype(np.int32) * b.astype(np.int32)).sum(axis=1, dtype=np.int32)
+                assert f(a, b).tolist() == want.tolist(), (name, tail, m, n)

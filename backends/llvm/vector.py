@@ -70,8 +70,9 @@ Rules:
   used where lanes are not observable: the private accumulator of a reduction along
   x (horizontal step over W/4 lanes), and a whole LOCAL partial buffer whose total is
   all the kernel ever reads (`vector_plan.sum_partials`: the vector accumulator of a
-  privatized sum): the dots go into its first W/4 lanes. Not for int8 * int8 products
-  (yet) nor for targets whose lanes are results.
+  privatized sum): the dots go into its first W/4 lanes. Products int32(x) * int32(y)
+  of two byte values take one dot (u8 x s8) or two (s8 x s8, u8 x u8). Not for targets
+  whose lanes are results (inner-parallel rows, column sums).
 - Masks. Guards whose condition moves with x become lane masks; a masked statement
   uses llvm.masked.load/store and masked-off lanes keep the accumulator unchanged (they
   contribute the identity). A guard that does not move with x stays a branch.
@@ -366,37 +367,66 @@ class VectorLoop:
 
     # ------------------------------------------------------------ VNNI
     def _dot(self, info, mask):
-        """<W/4 x i32>: the sums of each four consecutive bytes of the W bytes of
-        `info.access` (masked-off bytes count 0), by vpdpbusd (u8 x s8 -> i32, exact:
-        four products of at most 255*128 in magnitude, no saturation)."""
+        """<W/4 x i32>: the sums of each four consecutive lanes of int32(x) (or of
+        int32(x) * int32(y)) over the W byte lanes (masked-off lanes count 0), by
+        vpdpbusd, which multiplies unsigned bytes by signed ones and adds each four
+        products into an int32 lane -- exactly (at most 4 * 255 * 128 in magnitude; the
+        non-saturating form). Signed x signed runs as (x ^ 0x80) * y - 128 * y, unsigned
+        x unsigned as x * (y ^ 0x80) + 2 * (x * 64), each a dot of its own."""
         cg = self.cg
         b = cg.b
-        x8 = self.value(info.access, mask)
-        if mask is not None:
-            x8 = b.select(mask, x8, ir.Constant(x8.type, [ir.Constant(I8, 0)] * self.w))
         bits = dot_width(self.w, self.plan.vnni_widths, self.plan.bits)
         nb, lanes = bits // 8, bits // 32
         vty = ir.VectorType(I32, lanes)
         fn = cg._extern(f"llvm.x86.avx512.vpdpbusd.{bits}", vty, [vty, vty, vty])
-        ones = ir.Constant(vty, [ir.Constant(I32, 0x01010101)] * lanes)
+        bty = ir.VectorType(I8, self.w)
+
+        def byte_vector(e):
+            v = self.value(e, mask)
+            if mask is not None:
+                v = b.select(mask, v, ir.Constant(bty, [ir.Constant(I8, 0)] * self.w))
+            return v
+
+        def splat8(k):
+            return ir.Constant(bty, [ir.Constant(I8, k)] * self.w)
+        x = byte_vector(info.x)
+        sx = np.dtype(info.x.dtype).kind == "i"
+        if info.y is None:
+            terms = [(1, splat8(1), x) if sx else (1, x, splat8(1))]
+        else:
+            y = byte_vector(info.y)
+            sy = np.dtype(info.y.dtype).kind == "i"
+            if sx and not sy:
+                terms = [(1, y, x)]
+            elif sy and not sx:
+                terms = [(1, x, y)]
+            elif sx:                                   # signed x signed
+                terms = [(1, b.xor(x, splat8(0x80)), y), (-1, splat8(0x80), y)]
+            else:                                      # unsigned x unsigned
+                terms = [(1, x, b.xor(y, splat8(0x80))), (2, x, splat8(64))]
         zero = ir.Constant(vty, [ir.Constant(I32, 0)] * lanes)
-        parts = []
-        for off in range(0, self.w, nb):
-            piece = x8 if nb == self.w else b.shuffle_vector(
-                x8, x8, ir.Constant(ir.VectorType(I32, nb),
-                                    [ir.Constant(I32, off + k) for k in range(nb)]))
-            piece = b.bitcast(piece, vty)
-            # the accumulator is added after the dot, not passed to it: the dot does not
-            # wait for the previous one (a chain of adds of latency 1, not of dots)
-            args = [zero, ones, piece] if info.signed else [zero, piece, ones]
-            parts.append(b.call(fn, args))
-        while len(parts) > 1:            # concatenate pairwise (a power of two of them)
-            n = parts[0].type.count
-            idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, k)
-                                                          for k in range(2 * n)])
-            parts = [b.shuffle_vector(parts[k], parts[k + 1], idx)
-                     for k in range(0, len(parts), 2)]
-        return parts[0]
+        total = None
+        for scale, u8, s8 in terms:
+            parts = []
+            for off in range(0, self.w, nb):
+                pick = [ir.Constant(I32, off + k) for k in range(nb)]
+                pieces = [v if nb == self.w else
+                          b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, nb), pick))
+                          for v in (u8, s8)]
+                # the accumulator is added after the dot, not passed to it: the dots do
+                # not wait for each other (a chain of adds of latency 1, not of dots)
+                parts.append(b.call(fn, [zero] + [b.bitcast(p, vty) for p in pieces]))
+            while len(parts) > 1:            # concatenate pairwise (a power of two of them)
+                n = parts[0].type.count
+                idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, k)
+                                                              for k in range(2 * n)])
+                parts = [b.shuffle_vector(parts[k], parts[k + 1], idx)
+                         for k in range(0, len(parts), 2)]
+            d = parts[0]
+            if scale != 1:
+                d = b.mul(d, ir.Constant(d.type, [ir.Constant(I32, scale)] * d.type.count))
+            total = d if total is None else b.add(total, d)
+        return total
 
     # ------------------------------------------------------------ reductions along the loop
     def _acc_type(self, u):

@@ -175,9 +175,18 @@ def sum_partials(kernel):
 
 @dataclass
 class VnniDot:
-    """sum(int32(x)) with x int8/uint8 moving with the loop: vpdpbusd(acc, u8, s8)."""
-    access: object          # the Access of x
-    signed: bool            # x is int8 (else uint8)
+    """sum(int32(x)) or sum(int32(x) * int32(y)), x and y int8 or uint8 values, moving
+    with the loop: vpdpbusd(acc, u8, s8)."""
+    x: object               # the int8/uint8 expressions
+    y: object = None        # None: a sum of x alone
+
+
+def _byte(e):
+    """x when e is int32(x) with x an int8 or uint8 value, else None."""
+    if isinstance(e, Op) and e.name == "cast" and e.dtype == np.int32 and \
+            e.args[0].dtype in (np.int8, np.uint8):
+        return e.args[0]
+    return None
 
 
 def dot_width(lanes, widths, bits):
@@ -273,11 +282,17 @@ class _Planner:
                     id(u.buffer) in self.partials and id(u.buffer) in self.plan_.whole):
                 continue
             v = u.value
-            if not (isinstance(v, Op) and v.name == "cast" and isinstance(v.args[0], Access)
-                    and v.args[0].dtype in (np.int8, np.uint8) and id(v) in self.plan_.dependent):
+            if id(v) not in self.plan_.dependent:
+                continue
+            if _byte(v) is not None:
+                dot = VnniDot(_byte(v))
+            elif (isinstance(v, Op) and v.name == "multiply" and v.dtype == np.int32
+                  and all(_byte(a) is not None for a in v.args)):
+                dot = VnniDot(_byte(v.args[0]), _byte(v.args[1]))
+            else:
                 continue
             if dot_width(self.plan_.width, self.vnni_widths, self.bits):
-                out[id(u)] = VnniDot(v.args[0], v.args[0].dtype == np.int8)
+                out[id(u)] = dot
         return out
 
     def write(self, buf, index, reduce=False):

@@ -510,3 +510,24 @@ def test_vnni_products(xt, yt):
                 a, b = make(xt, (m, n)), make(yt, (m, n))
                 want = (a.astype(np.int32) * b.astype(np.int32)).sum(axis=1, dtype=np.int32)
                 assert f(a, b).tolist() == want.tolist(), (name, tail, m, n)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_extremes_horizontal(dtype):
+    """The horizontal max/min (integer keys, then a NaN test): NaN of either sign
+    propagates, infinities and zeros order as floats (-0 below +0, like llvm.maximum)."""
+    for combiner in ("max", "min"):
+        defn = _row_reduction(combiner, dtype)
+        f = tex.compile(_strategy(defn, "inner_reduction", "mask"))
+        a = np.zeros((6, 40), dtype)
+        a[0, 5], a[1, 33] = -np.nan, np.nan
+        a[2] = -np.inf
+        a[2, 7] = np.inf
+        a[3] = -0.0
+        a[3, 20] = 0.0
+        a[4] = -0.0
+        a[5] = np.linspace(-3, 2, 40)
+        got, want = f(a), getattr(a, combiner)(axis=1)
+        np.testing.assert_array_equal(got, want)
+        assert np.signbit(got[3]) == (combiner == "min")   # -0 and one +0
+        assert np.signbit(got[4])                           # -0 only

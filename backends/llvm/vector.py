@@ -711,6 +711,8 @@ def _reduce_intrinsic(cg, combiner, dt, vec, fast):
             start = ir.Constant(ty, -0.0 if combiner == "sum" else 1.0)
             fn = cg._extern(f"llvm.vector.reduce.{name}.{suffix}", ty, [ty, vec.type])
             return cg.b.call(fn, [start, vec], fastmath=("reassoc",) if fast else ())
+        if dt.itemsize in (4, 8):
+            return _float_extreme(cg, combiner, dt, vec)
         name = "fmaximum" if combiner == "max" else "fminimum"
     elif dt.kind == "b":
         name = "or" if combiner in ("sum", "max") else "and"
@@ -719,6 +721,35 @@ def _reduce_intrinsic(cg, combiner, dt, vec, fast):
         name = {"sum": "add", "prod": "mul", "max": sign + "max", "min": sign + "min"}[combiner]
     fn = cg._extern(f"llvm.vector.reduce.{name}.{suffix}", ty, [vec.type])
     return cg.b.call(fn, [vec])
+
+
+def _float_extreme(cg, combiner, dt, vec):
+    """llvm.vector.reduce.fmaximum/fminimum (NaN if any lane is NaN, -0 < +0) by integer
+    keys: a float's bits with the magnitude bits flipped when it is negative order as
+    signed integers as the floats do, with -0 below +0; one smax/smin tree of single
+    instructions, then the NaN test -- where LLVM's x86 lowering of fmaximum does a
+    NaN- and sign-aware blend at each of the log2 W steps."""
+    b = cg.b
+    ty = value_type(dt)
+    n = vec.type.count
+    ity = ir.IntType(8 * dt.itemsize)
+    vty = ir.VectorType(ity, n)
+    bits = b.bitcast(vec, vty)
+
+    def flip(v, t):
+        sign = b.ashr(v, ir.Constant(t, [ir.Constant(ity, 8 * dt.itemsize - 1)] * n)
+                      if isinstance(t, ir.VectorType) else ir.Constant(ity, 8 * dt.itemsize - 1))
+        low = (1 << (8 * dt.itemsize - 1)) - 1
+        mag = ir.Constant(t, [ir.Constant(ity, low)] * n) if isinstance(t, ir.VectorType) \
+            else ir.Constant(ity, low)
+        return b.xor(v, b.and_(sign, mag))
+    key = flip(bits, vty)
+    op = "smax" if combiner == "max" else "smin"
+    fn = cg._extern(f"llvm.vector.reduce.{op}.{type_suffix(vty)}", ity, [vty])
+    r = b.bitcast(flip(b.call(fn, [key]), ity), ty)
+    any_nan = cg._extern(f"llvm.vector.reduce.or.v{n}i1", I1, [ir.VectorType(I1, n)])
+    nan = b.call(any_nan, [b.fcmp_unordered("uno", vec, vec)])
+    return b.select(nan, ir.Constant(ty, float("nan")), r)
 
 
 # ---------------------------------------------------------------- serial loops around vector loops

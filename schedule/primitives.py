@@ -167,7 +167,7 @@ def set_kind(state, var, kind, tail="peel"):
         if axis.reduction and red.dtype.kind == "f" and red.combiner in ("sum", "prod") \
                 and not state.fast_math:
             _fail(prim, state, f"loop {axis.name} carries the '{red.combiner}' dependence on "
-                  f"{red.dtype}; vectorizing it reassociates the sum, and fast_math is off")
+                  f"{red.dtype}; vectorizing it reassociates the {red.combiner}, and fast_math is off")
     if tail not in ("peel", "mask"):
         _fail(prim, state, f"loop {axis.name}: tail={tail!r} is not one of 'peel', 'mask'")
     new = [Axis(a.var, a.extent, a.reduction, kind, tail) if a is axis else a

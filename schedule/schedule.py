@@ -222,7 +222,17 @@ class StageHandle:
         - "inner_parallel": split the innermost output loop by W and move its inner
           part inside the reduction loops, vectorized: each lane owns a row and no
           horizontal reduction happens at all.
-        `tail` is the vector loops' tail: "peel" or "mask"."""
+        `tail` is the vector loops' tail: "peel" or "mask". A refused strategy leaves
+        the schedule as it was."""
+        state, steps = self.state, len(self.sched.history)
+        try:
+            self._reduction_strategy(name, tail, accumulators)
+        except ScheduleError:
+            self.sched._states[self.definition] = state
+            del self.sched.history[steps:]
+            raise
+
+    def _reduction_strategy(self, name, tail, accumulators):
         d = self.definition
         red = d.reduction
         if red is None:
@@ -255,6 +265,10 @@ class StageHandle:
             return
         if accumulators is None:      # four registers of accumulators, at least one vector
             accumulators = max(1, 4 * narrow.itemsize // red.dtype.itemsize)
+        if isinstance(accumulators, bool) or not isinstance(accumulators, int) \
+                or accumulators < 1:
+            raise ScheduleError(f"reduction_strategy: accumulators= must be an integer >= 1, "
+                                f"got {accumulators!r}")
         ro, ri = self.split(r, width * int(accumulators))
         self.privatize(ri)
         self.vectorize(ri, tail)

@@ -465,9 +465,6 @@ def test_refusals_name_the_problem():
         s[S].reduction_strategy("inner_reduction")
 
 
-@pytest.mark.xfail(strict=True, reason="reduction_strategy is not atomic: a refused call "
-                   "leaves the steps it applied before the refusal (split, reorder) in the "
-                   "schedule and its history")
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_refused_strategy_leaves_the_schedule_unchanged(strategy):
     S = _row_reduction("sum", "float32", None)

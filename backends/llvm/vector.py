@@ -12,7 +12,8 @@ emitted as
         tail "mask": if E%W: body once more with lane mask (lane < E%W)
         acc = combine(acc, horizontal(acc_vec))  (one horizontal step per loop)
         tail "peel": for x in s + E - E%W .. s+E: the scalar body
-    elif every access written in the loop has a step of one element:
+    elif every access written in the loop has a step of one element, and the other
+         moving loads are of 4- or 8-byte elements or the loop covers a whole local buffer:
         the same vector loop, the other moving loads gathered (llvm.masked.gather)
     else:
         the scalar loop (right for any strides)
@@ -46,7 +47,8 @@ Rules:
   buffer's are known), so the unit step is checked before the loop (the versioning
   above). A unit step is a plain `load/store <W x T>` aligned to the element size;
   other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
-  ones lane by lane); an access that does not move is a scalar load and a splat (a
+  ones lane by lane, no faster than the scalar loop, which they therefore keep unless
+  the loop covers a whole local buffer); an access that does not move is a scalar load and a splat (a
   subtree that does not move is computed as scalars); `IndexValue` is
   base + c * <0, 1, .., W-1>.
 - Ops. The op tables of ops.py run on vector operands (Codegen.lanes makes intrinsics

@@ -278,11 +278,8 @@ class Codegen:
         b = self.b
         start = self.index(loop.start)
         extent = self.index(loop.extent)
-        work = extent
         inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
-        for n in walk(loop):
-            if isinstance(n, Loop) and n is not loop:
-                work = b.mul(work, self.index(sp.sympify(n.extent).xreplace(inner_vars)))
+        work = self.index(_iterations(loop, inner_vars))
         syms = list(self.env.items())
         bufs = list(self.memory.items())
         status = self.eb.alloca(I32, name="par.status")
@@ -507,6 +504,15 @@ def _self_referential(module, *hints):
     md = module.add_metadata([None, *hints])
     md.operands = (md, *hints)
     return md
+
+
+def _iterations(node, at_zero):
+    """Statements executed by `node`: nested loops multiply, sibling loops add (the
+    extents of inner loops taken with the loop variables at 0)."""
+    inner = sum((_iterations(c, at_zero) for c in getattr(node, "body", ())), sp.Integer(0))
+    if isinstance(node, Loop):
+        return sp.sympify(node.extent).xreplace(at_zero) * sp.Max(inner, 1)
+    return inner if getattr(node, "body", ()) else sp.Integer(1)
 
 
 def _buffers_outside(kernel, loop):

@@ -110,7 +110,7 @@ from ...scheduler.stage import identity
 from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
                       type_suffix, value_type)
 from .ops import COMBINE, OPS, _better
-from .vector_plan import (affine_coefficient, dot_width, itemsize, local_flat,
+from .vector_plan import (access_key, affine_coefficient, dot_width, itemsize, local_flat,
                           plan_vector_loop, sum_partials, vnni_bits)
 
 INT64_MAX = (1 << 63) - 1
@@ -642,7 +642,7 @@ class VectorLoop:
         """buf[index] for the lanes of the chunk: a whole LOCAL buffer is one plain load
         (every lane is in bounds), a strided access gathers, others load (masked)."""
         ptr = self.cg.address(buf, index)
-        if id(buf) in self.plan.whole:
+        if access_key(buf, index) in self.plan.whole:
             return self._load(ptr, buf.dtype, None)
         if id(buf) in self.gathering:
             return self._gather(ptr, self.access_step(buf, index), buf.dtype, mask)
@@ -652,7 +652,7 @@ class VectorLoop:
         """Store the lanes of `v` (where `mask` is set) to buf[index]; a whole LOCAL buffer
         takes one plain store (the masked-off lanes keep their values through a select)."""
         ptr = self.cg.address(buf, index)
-        if id(buf) in self.plan.whole and mask is not None:
+        if access_key(buf, index) in self.plan.whole and mask is not None:
             old = self._load(ptr, buf.dtype, None)
             v, mask = self.cg.b.select(mask, v, old), None
         self._store(ptr, v, buf.dtype, mask)

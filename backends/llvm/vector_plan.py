@@ -53,7 +53,7 @@ class VectorPlan:
     guards_of: dict = field(default_factory=dict)   # id(Update) -> enclosing fixed guards
     increasing: set = field(default_factory=set)    # argmax/argmin whose lane positions grow
     dependent: set = field(default_factory=set)     # ids of value nodes that move with x
-    whole: set = field(default_factory=set)         # ids of LOCAL buffers the loop covers whole
+    whole: set = field(default_factory=set)         # access_key of LOCAL buffers covered whole
     written: set = field(default_factory=set)       # ids of buffers written in the loop
     bound: int = None                               # a constant bound of the extent
     vnni: dict = field(default_factory=dict)        # id(Update) -> VnniDot
@@ -99,6 +99,11 @@ def local_flat(buf, index):
         flat += sp.sympify(ix) * stride
         stride *= int(d)
     return flat
+
+
+def access_key(buf, index):
+    """(buffer id, index) of an access, for sets of accesses."""
+    return id(buf), tuple(sp.sympify(ix) for ix in index)
 
 
 def buffer_size(buf):
@@ -236,7 +241,7 @@ class _Planner:
         self.plan_.unroll = self.unroll(self.plan_.width)
         if self.whole_width() is not None:
             self.plan_.width, self.plan_.unroll = self.whole_width(), 1
-            self.plan_.whole = {id(buf) for buf, index in self.plan_.moving
+            self.plan_.whole = {access_key(buf, index) for buf, index in self.plan_.moving
                                 if self.covers_whole(buf, index)}
         self.plan_.vnni = self.vnni()
         self.plan_.vnni_widths, self.plan_.bits = self.vnni_widths, self.bits
@@ -279,7 +284,8 @@ class _Planner:
             if u.combiner != "sum" or u.arg is not None or u.buffer.dtype != np.int32:
                 continue
             if u not in self.plan_.reductions and not (
-                    id(u.buffer) in self.partials and id(u.buffer) in self.plan_.whole):
+                    id(u.buffer) in self.partials
+                    and access_key(u.buffer, u.index) in self.plan_.whole):
                 continue
             v = u.value
             if id(v) not in self.plan_.dependent:

@@ -443,11 +443,12 @@ def test_sum_partials():
 
 
 @pytest.mark.parametrize("dtype,combiner", [("int8", "sum"), ("float32", "sum"),
-                                            ("float64", "argmax"), ("int16", "max")])
+                                            ("float64", "argmax"), ("int16", "max"),
+                                            ("float32", "max")])
 def test_inner_parallel_transposed(dtype, combiner):
     """for j: for ii (vector): acc[ii] += X[ii, j] runs blocks of K columns of W rows
-    transposed in registers (each lane keeps its row's order, so float sums match the
-    sequential ones closely and argmax keeps its tie rule); the last columns gather, a
+    transposed in registers (argmax keeps its row order and tie rule; sums and max/min
+    combine a block's columns as a tree, NaNs included); the last columns gather, a
     column step other than one runs the loop as it was. Rows around W, columns around K."""
     defn = _row_reduction(combiner, dtype)
     rng = np.random.default_rng(13)

@@ -92,7 +92,10 @@ Serial loops around a vector loop (`emit_serial`, called by Codegen._loop):
   in registers by log2 W rounds of shuffles (W*K elements in at most 16 registers), the
   vector loop's body once per column; the remaining columns gather. Each lane sees its
   row in order, so every combiner and dtype (and float sums without fast_math) give
-  the scalar result. At run time a j step other than one element runs the loop as is.
+  the scalar result -- except that a lone row update whose combiner regroups exactly
+  (integer ops, float max/min) or under fast_math combines a block's columns as a tree
+  first (a chain of log2 K steps instead of K). At run time a j step other than one
+  element runs the loop as is.
 - A loop `for jo` whose vector loops have extent Min(c, A - c*jo) (a split's last tile
   is shorter) runs its whole tiles, jo < floor(A/c), as a copy with constant extents
   (one vector, no tail test), then the last tile.
@@ -1003,10 +1006,14 @@ class TransposedLoop(VectorLoop):
             cg.env[j] = jb
             cg.env[self.var] = base
             cols = {id(a): self._transposed_block(a, base, mask) for a in self.rows}
-            for c in range(k):
-                cg.env[j] = b.add(jb, ir.Constant(I64, c))
-                self.override = {key: v[c] for key, v in cols.items()}
-                self._chunk(base, mask)
+            u = self._tree_update()
+            if u is not None:
+                self._tree_block(u, cols, jb, base, mask)
+            else:
+                for c in range(k):
+                    cg.env[j] = b.add(jb, ir.Constant(I64, c))
+                    self.override = {key: v[c] for key, v in cols.items()}
+                    self._chunk(base, mask)
             self.override = {}
             del cg.env[j]
         if blocks:
@@ -1019,6 +1026,39 @@ class TransposedLoop(VectorLoop):
             self.gathering = set()
             del cg.env[j]
         self._serial(blocks_end, j_end, 1, column, "tr.jrest")
+
+    def _tree_update(self):
+        """The loop's one statement, an update of its row whose combiner regroups
+        exactly (integer sum/prod/max/min, float max/min -- llvm.maximum is associative
+        -- and float sum/prod under fast_math), or None. Its block then combines the K
+        columns as a tree before the row: a dependence chain of log2 K steps, not K."""
+        body = self.loop.body
+        if len(body) != 1 or not isinstance(body[0], Update) or body[0].arg is not None:
+            return None
+        u = body[0]
+        kind = np.dtype(u.buffer.dtype).kind
+        if u.combiner in ("max", "min") or kind in "iub":
+            return u
+        return u if u.fast_math and self.cg.fast_math else None
+
+    def _tree_block(self, u, cols, jb, base, mask):
+        cg, k = self.cg, self.block
+        b, dt = cg.b, u.buffer.dtype
+        j = self.outer.var
+        cg.env[self.var] = base
+        vals = []
+        for c in range(k):
+            cg.env[j] = b.add(jb, ir.Constant(I64, c))
+            self.override = {key: v[c] for key, v in cols.items()}
+            vals.append(self.value(u.value, mask))
+        with self.vector_ops():
+            while len(vals) > 1:
+                vals = [COMBINE[u.combiner](cg, dt, vals[t], vals[t + 1], u.fast_math)
+                        for t in range(0, len(vals), 2)]
+            acc = self._read(u.buffer, u.index, mask)
+            self._write(u.buffer, u.index,
+                        COMBINE[u.combiner](cg, dt, acc, vals[0], u.fast_math), mask)
+        del cg.env[self.var]
 
     def _serial(self, start, stop, step, body, name):
         cg = self.cg

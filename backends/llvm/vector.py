@@ -48,9 +48,9 @@ Rules:
   above). A unit step is a plain `load/store <W x T>` aligned to the element size;
   other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
   ones lane by lane, no faster than the scalar loop, which they therefore keep unless
-  the loop covers a whole local buffer); an access that does not move is a scalar load and a splat (a
-  subtree that does not move is computed as scalars); `IndexValue` is
-  base + c * <0, 1, .., W-1>.
+  the loop covers a whole local buffer); an access that does not move is a scalar
+  load and a splat (a subtree that does not move is computed as scalars); `IndexValue`
+  is base + c * <0, 1, .., W-1>.
 - Ops. The op tables of ops.py run on vector operands (Codegen.lanes makes intrinsics
   take the `.vN` suffix); ops with no vector form (libm's erf, integer power) run lane
   by lane (extract, scalar op, insert).
@@ -117,8 +117,8 @@ from .vector_plan import (access_key, affine_coefficient, dot_width, itemsize, l
                           plan_vector_loop, sum_partials, vnni_bits)
 
 INT64_MAX = (1 << 63) - 1
-USE_VNNI = True
-GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)          # int8 -> int32 sums by vpdpbusd where the host has it (tests turn it off)
+USE_VNNI = True          # int8 -> int32 sums by vpdpbusd where the host has it (tests turn it off)
+GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)
 
 
 def _per_lane(e):

@@ -279,7 +279,7 @@ class Codegen:
         start = self.index(loop.start)
         extent = self.index(loop.extent)
         inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
-        work = self.index(_iterations(loop, inner_vars))
+        work = self._iterations(loop, inner_vars)
         syms = list(self.env.items())
         bufs = list(self.memory.items())
         status = self.eb.alloca(I32, name="par.status")
@@ -318,6 +318,23 @@ class Codegen:
         b.cbranch(b.icmp_signed("!=", b.load(status, typ=I32), ir.Constant(I32, 0)),
                   self.fail_block, ok)
         b.position_at_end(ok)
+
+    def _iterations(self, node, at_zero):
+        """Statements `node` executes, as an i64: nested loops multiply, sibling loops
+        add (inner extents taken with the loop variables at 0). Built as IR, not sympy,
+        to keep compile time low."""
+        b = self.b
+        inner = None
+        for child in getattr(node, "body", ()):
+            n = self._iterations(child, at_zero)
+            inner = n if inner is None else b.add(inner, n)
+        one = ir.Constant(I64, 1)
+        if inner is None:
+            inner = one
+        if not isinstance(node, Loop):
+            return inner
+        inner = b.select(b.icmp_signed("<", inner, one), one, inner)
+        return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
 
     def _outlined(self, loop, bufs, syms):
         saved = (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps)
@@ -504,15 +521,6 @@ def _self_referential(module, *hints):
     md = module.add_metadata([None, *hints])
     md.operands = (md, *hints)
     return md
-
-
-def _iterations(node, at_zero):
-    """Statements executed by `node`: nested loops multiply, sibling loops add (the
-    extents of inner loops taken with the loop variables at 0)."""
-    inner = sum((_iterations(c, at_zero) for c in getattr(node, "body", ())), sp.Integer(0))
-    if isinstance(node, Loop):
-        return sp.sympify(node.extent).xreplace(at_zero) * sp.Max(inner, 1)
-    return inner if getattr(node, "body", ()) else sp.Integer(1)
 
 
 def _buffers_outside(kernel, loop):

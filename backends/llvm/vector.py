@@ -374,7 +374,7 @@ class VectorLoop:
                 ir.Constant(I32, n if n < k else k) for n in range(self.w)]))
             self._write(s.buffer, s.index, b.add(acc, pad), None)
             return
-        x = self.value(s.value, mask)
+        x = self.reduced_value(s, mask)
         with self.vector_ops():
             if s.arg is None:
                 self._write(s.buffer, s.index, COMBINE[s.combiner](cg, dt, acc, x, s.fast_math),
@@ -480,7 +480,7 @@ class VectorLoop:
         if id(u) in self.plan.vnni:
             b.store(b.add(acc, self._dot(self.plan.vnni[id(u)], mask)), slot)
             return
-        x = self.value(u.value, mask)
+        x = self.reduced_value(u, mask)
         with self.vector_ops():
             if u.arg is None:
                 new = COMBINE[u.combiner](cg, dt, acc, x, u.fast_math)
@@ -577,6 +577,15 @@ class VectorLoop:
             self.accs[id(u)] = (slot, pos_slot)
 
     # ------------------------------------------------------------ values
+    def reduced_value(self, update, mask):
+        """An Update's value; with fast_math its float products may fuse into FMAs with
+        the accumulation (Codegen.contract, as for scalar reductions)."""
+        self.cg.contract = update.fast_math
+        try:
+            return self.value(update.value, mask)
+        finally:
+            self.cg.contract = False
+
     def value(self, e, mask):
         """e for the W lanes of the current chunk, as a <W x T> vector."""
         cg = self.cg
@@ -1050,7 +1059,7 @@ class TransposedLoop(VectorLoop):
         for c in range(k):
             cg.env[j] = b.add(jb, ir.Constant(I64, c))
             self.override = {key: v[c] for key, v in cols.items()}
-            vals.append(self.value(u.value, mask))
+            vals.append(self.reduced_value(u, mask))
         with self.vector_ops():
             while len(vals) > 1:
                 vals = [COMBINE[u.combiner](cg, dt, vals[t], vals[t + 1], u.fast_math)

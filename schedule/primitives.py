@@ -21,9 +21,12 @@ class Tail(enum.Enum):
     """What a split does when the factor does not divide the extent.
     GUARD: the inner loop runs the full factor and a guard skips the tail iterations.
     PEEL: the last outer iteration runs a shorter inner loop (extent Min(T, E - o*T)),
-          so no guard sits in the loop body."""
+          so no guard sits in the loop body.
+    MASK: GUARD's structure, meant for an inner loop that is then vectorized: the
+          guard becomes a mask on the vector lanes (masked loads and stores)."""
     GUARD = "guard"
     PEEL = "peel"
+    MASK = "mask"       # as GUARD; once the inner loop is vectorized the guard is a lane mask
 
     @classmethod
     def parse(cls, value):
@@ -84,7 +87,7 @@ def split(state, var, factor, tail=Tail.PEEL):
     guards = state.guards
     if divisible:
         inner_ext = T
-    elif tail is Tail.GUARD:
+    elif tail in (Tail.GUARD, Tail.MASK):
         inner_ext = T
         guards = guards + (sp.StrictLessThan(outer * T + inner, E),)
     else:

@@ -71,7 +71,7 @@ def schedules(draw):
                 stage.privatize(loop)
             elif prim == "split":
                 stage.split(loop, draw(st.integers(1, 9)),
-                            tail=draw(st.sampled_from(["guard", "peel"])))
+                            tail=draw(st.sampled_from(["guard", "peel", "mask"])))
             elif prim == "reorder":
                 stage.reorder(*draw(st.permutations(loops)))
             elif prim == "parallel":

@@ -6,11 +6,11 @@ correctly, only slower):
    many accesses as possible. If the last output index does that better than the
    innermost reduction index, it moves inside the reductions (the accumulator becomes
    the output row: matmul runs in i, k, j order and LLVM vectorizes j).
-2. Split-K. For outputs of rank 0 or 1 (dot products, full reductions, row or column
-   reductions) the outermost reduction loop is split into a call-time number of parts
+2. Split-K. For one-dimensional outputs (row or column reductions) the outermost
+   reduction loop is split into a call-time number of parts
    (`tex.backends.llvm.runtime.auto_parts`): 1 when the output rows already give every
-   thread enough work, else one part a thread (a full reduction `ij->` or a dot product
-   gets its threads this way). With one part the merge is a single copy pass.
+   thread enough work, else one part a thread (a reduction to a few long rows gets its
+   threads this way). With one part the merge is a single copy pass.
 3. Threads. The parts loop and the first output loop are both parallel; at run time a
    loop with one iteration, or too little work, stays on the calling thread, so the
    team goes to whichever loop has the work.
@@ -100,9 +100,11 @@ def _auto_split_k(stage):
     picks 1 when the output rows already feed every thread)."""
     d, state = stage.definition, stage.state
     red = d.reduction
-    # contractions with a 2-d output split their rows and columns first (the split-K
-    # structure doubles their compile time and pays only when both are tiny)
-    if red is None or state.private is not None or len(d.indices) > 1:
+    # only for one-dimensional outputs (row and column reductions with few rows): a
+    # contraction with a 2-d output splits its rows and columns first (the split-K
+    # structure doubles its compile time), and a scalar result (a dot product) would pay
+    # ~0.25 us of call overhead for it on every call, however small its input
+    if red is None or state.private is not None or len(d.indices) != 1:
         return
     first = next(a for a in state.axes if a.reduction)
     rows = d.extents[d.indices[0]] if d.indices else 1

@@ -32,6 +32,7 @@ NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to
 # fewer inner iterations than this run on one thread: waking a passive libgomp team costs
 # tens of microseconds, as much as ~1M vectorized iterations of a light loop body
 PARALLEL_MIN_WORK = 1 << 20
+STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this size live on the stack
 
 
 def value_type(dt):
@@ -136,7 +137,7 @@ class Codegen:
                 self._alloca(buf)
         for buf in self.buffers:
             if buf.scope is Scope.TEMP and id(buf) not in scoped:
-                self._malloc(buf)
+                self._malloc(buf, stack_ok=True)
         for stmt in k.body:
             self._stmt(stmt)
         self._free_temps()
@@ -161,16 +162,35 @@ class Codegen:
         ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
         self.memory[buf] = (ptr, self._contiguous_strides(buf.shape)[0])
 
-    def _malloc(self, buf):
+    def _malloc(self, buf, stack_ok=False):
+        """Heap memory for `buf` (64-byte aligned), freed when the function returns.
+        With `stack_ok` (buffers the kernel allocates once, at its start) a small buffer
+        goes on the stack instead: a split-K partial of a few elements must not cost a
+        malloc and a free on every call."""
         strides, count = self._contiguous_strides(buf.shape)
         nbytes = self.b.mul(count, ir.Constant(I64, np.dtype(buf.dtype).itemsize))
         nbytes = self.b.add(nbytes, ir.Constant(I64, 64))       # never 0; room to round up
         nbytes = self.b.and_(nbytes, ir.Constant(I64, ~63))
-        slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")
+        slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")    # the heap pointer, or null
         self.eb.store(ir.Constant(PTR, None), slot)
-        ptr = self.b.call(self._extern("aligned_alloc", PTR, [I64, I64]),
-                          [ir.Constant(I64, 64), nbytes], name=buf.name)
-        self.b.store(ptr, slot)
+        alloc = self._extern("aligned_alloc", PTR, [I64, I64])
+        if stack_ok:
+            small = self.b.icmp_unsigned("<=", nbytes, ir.Constant(I64, STACK_TEMP_BYTES))
+            with self.b.if_else(small) as (then, otherwise):
+                with then:
+                    on_stack = self.b.alloca(I8, size=nbytes)
+                    on_stack.align = 64
+                    stack_block = self.b.block
+                with otherwise:
+                    on_heap = self.b.call(alloc, [ir.Constant(I64, 64), nbytes])
+                    self.b.store(on_heap, slot)
+                    heap_block = self.b.block
+            ptr = self.b.phi(PTR, name=buf.name)
+            ptr.add_incoming(on_stack, stack_block)
+            ptr.add_incoming(on_heap, heap_block)
+        else:
+            ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
+            self.b.store(ptr, slot)
         ok = self.fn.append_basic_block(f"{buf.name}.ok")
         self.b.cbranch(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)),
                        self.fail_block, ok)

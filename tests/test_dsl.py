@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tex
+from kernels import compiled
 from tex.backends.numpy_ref import evaluate
 from tex.expr import Access, free_indices, walk
 
@@ -27,14 +28,6 @@ EPS = {"float16": 2.0 ** -10, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
 M, N, K = tex.sizes("M N K")
 i, j, k = tex.indices("i j k")
 
-_KERNELS = {}
-
-
-def compiled(key, build):
-    """tex.compile(build()) once per key (kernels are reused across tests and examples)."""
-    if key not in _KERNELS:
-        _KERNELS[key] = tex.compile(build())
-    return _KERNELS[key]
 
 
 def check(got, want, rtol=None, atol=0.0, what=""):

@@ -9,17 +9,11 @@ import numpy as np
 import pytest
 
 import tex
+from kernels import compiled
 
 M, N, K = tex.sizes("M N K")
 i, j, k = tex.indices("i j k")
 
-_KERNELS = {}
-
-
-def compiled(key, build):
-    if key not in _KERNELS:
-        _KERNELS[key] = tex.compile(build())
-    return _KERNELS[key]
 
 
 def gemm(dt="float32"):

@@ -985,21 +985,7 @@ class TransposedLoop(VectorLoop):
             with b.if_then(b.icmp_signed("<", start, stop)):
                 body(start)
             return
-        pre = b.block
-        head = cg.fn.append_basic_block("tr.lanes")
-        loop_body = cg.fn.append_basic_block("tr.lanes.body")
-        done = cg.fn.append_basic_block("tr.lanes.end")
-        b.branch(head)
-        b.position_at_end(head)
-        v = b.phi(I64)
-        v.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
-        b.position_at_end(loop_body)
-        body(v)
-        nxt = b.add(v, ir.Constant(I64, self.w))
-        b.branch(head)
-        v.add_incoming(nxt, b.block)
-        b.position_at_end(done)
+        self._serial(start, stop, self.w, body, "tr.lanes")
 
     def _columns(self, base, mask, j_start, j_end, blocks=True):
         """The j loop for the lanes base..base+W-1: blocks of K = W columns, then the

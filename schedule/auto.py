@@ -8,7 +8,7 @@ correctly, only slower):
    the output row: matmul runs in i, k, j order and LLVM vectorizes j).
 2. Split-K. For one-dimensional outputs (row or column reductions) the outermost
    reduction loop is split into a call-time number of parts
-   (`tex.backends.llvm.runtime.auto_parts`): 1 when the output rows already give every
+   (`tex.backends.llvm.runtime.AUTO_PARTS`): 1 when the output rows already give every
    thread enough work, else one part a thread (a reduction to a few long rows gets its
    threads this way). With one part the merge is a single copy pass.
 3. Threads. The parts loop and the first output loop are both parallel; at run time a
@@ -96,7 +96,7 @@ def _auto_vectorize(stage):
 
 
 def _auto_split_k(stage):
-    """Split the outermost reduction loop into call-time-chosen parts (runtime.auto_parts
+    """Split the outermost reduction loop into call-time-chosen parts (runtime.AUTO_PARTS
     picks 1 when the output rows already feed every thread)."""
     d, state = stage.definition, stage.state
     red = d.reduction

@@ -267,29 +267,36 @@ class Codegen:
     def _serial_loop(self, loop, start, end, metadata=None):
         """`for var in start..end` with the body's statements as scalars; `metadata`
         replaces the loop hints of the loop's kind."""
+        def body(var):
+            self.env[loop.var] = var
+            for c in loop.body:
+                self._stmt(c)
+        self.counted_loop(start, end, 1, loop.var.name, body,
+                          metadata or self._loop_metadata(loop))
+        del self.env[loop.var]
+
+    def counted_loop(self, start, stop, step, name, body, metadata=None):
+        """for v in start..stop step `step`: body(v) -- the blocks and the phi of every
+        loop the code generator emits; `metadata` goes on the latch as `llvm.loop`."""
         b = self.b
         pre = b.block
-        head = self.fn.append_basic_block(f"{loop.var.name}.head")
-        body = self.fn.append_basic_block(f"{loop.var.name}.body")
-        done = self.fn.append_basic_block(f"{loop.var.name}.end")
+        head = self.fn.append_basic_block(f"{name}.head")
+        loop_body = self.fn.append_basic_block(f"{name}.body")
+        done = self.fn.append_basic_block(f"{name}.end")
         b.branch(head)
         b.position_at_end(head)
-        var = b.phi(I64, name=loop.var.name)
-        var.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", var, end), body, done)
-        b.position_at_end(body)
-        self.env[loop.var] = var
-        for c in loop.body:
-            self._stmt(c)
-        nxt = b.add(var, ir.Constant(I64, 1))
+        v = b.phi(I64, name=name)
+        v.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
+        b.position_at_end(loop_body)
+        body(v)
+        nxt = b.add(v, ir.Constant(I64, step))
         nxt.flags.append("nsw")
         latch = b.branch(head)
-        md = metadata or self._loop_metadata(loop)
-        if md is not None:
-            latch.set_metadata("llvm.loop", md)
-        var.add_incoming(nxt, b.block)
+        if metadata is not None:
+            latch.set_metadata("llvm.loop", metadata)
+        v.add_incoming(nxt, b.block)
         b.position_at_end(done)
-        del self.env[loop.var]
 
     # ------------------------------------------------------------ threads
     def _parallel_loop(self, loop):

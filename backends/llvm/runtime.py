@@ -39,14 +39,11 @@ def _default_threads():
 _NUM_THREADS = [_default_threads()]     # read by every generated call path
 
 
-def auto_parts(rows, length, threads):
-    """split-K's part count at call time (the generated call path inlines this rule):
-    split the reduction across the threads only
-    when the rows they would otherwise share are too few to keep every thread busy
-    (fewer than 4 a thread) and the reduction is long enough to amortise the merge."""
-    if threads <= 1 or rows >= 4 * threads or length < 1024 * threads:
-        return 1
-    return threads
+# split-K's part count at call time, as Python source over the thread count `t`, the
+# rows the threads would otherwise share and the reduction's length: split across the
+# threads only when the rows are too few to keep every thread busy (fewer than 4 a
+# thread) and the reduction is long enough to amortise the merge
+AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else {t}"
 
 
 def set_num_threads(n):
@@ -171,7 +168,7 @@ def _make_caller(cf):
          "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error,
-         "_nt": _NUM_THREADS, "_auto_parts": auto_parts}
+         "_nt": _NUM_THREADS}
     L = []
     kw = [f"{p}=None" for p in cf.param_names] + ["out=None"]
     L.append(f"def call({', '.join(argnames)}{', ' if argnames else ''}*, {', '.join(kw)}):")
@@ -199,11 +196,10 @@ def _make_caller(cf):
         L.append(f"        raise _rank_error(_cf, ({', '.join(argnames)},)) from None")
     for p in kernel.params:
         if isinstance(p, AutoParts):
-            # auto_parts inlined (a call costs ~0.1 us of a ~1 us call path)
-            rows, length = pyexpr(p.rows, names), pyexpr(p.length, names)
+            rule = AUTO_PARTS.format(t="_t", rows=pyexpr(p.rows, names),
+                                     length=pyexpr(p.length, names))
             L.append("    _t = _nt[0]")
-            L.append(f"    {names[p]} = 1 if _t <= 1 or {rows} >= 4 * _t or "
-                     f"{length} < 1024 * _t else _t")
+            L.append(f"    {names[p]} = {rule}")
             continue
         L.append(f"    if {p} is None: raise TypeError('missing call-time parameter {p}')")
         L.append(f"    {names[p]} = _index({p})")

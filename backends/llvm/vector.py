@@ -317,22 +317,7 @@ class VectorLoop:
             with b.if_then(b.icmp_signed("<", start, stop)):
                 self._chunk(start, None)
             return
-        pre = b.block
-        head = cg.fn.append_basic_block(f"{name}.vhead")
-        body = cg.fn.append_basic_block(f"{name}.vbody")
-        done = cg.fn.append_basic_block(f"{name}.vend")
-        b.branch(head)
-        b.position_at_end(head)
-        v = b.phi(I64, name=f"{name}.v")
-        v.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", v, stop), body, done)
-        b.position_at_end(body)
-        self._chunk(v, None)
-        nxt = b.add(v, ir.Constant(I64, step))
-        nxt.flags.append("nsw")
-        b.branch(head)
-        v.add_incoming(nxt, b.block)
-        b.position_at_end(done)
+        cg.counted_loop(start, stop, step, f"{name}.v", lambda v: self._chunk(v, None))
 
     def _chunk(self, base, mask):
         """The body for lanes base .. base+W-1 (those where `mask` is set)."""
@@ -1056,27 +1041,11 @@ class TransposedLoop(VectorLoop):
         del cg.env[self.var]
 
     def _serial(self, start, stop, step, body, name):
+        """A counted loop that LLVM must not vectorize again (its body is vector code)."""
         cg = self.cg
-        b = cg.b
-        pre = b.block
-        head = cg.fn.append_basic_block(name)
-        loop_body = cg.fn.append_basic_block(f"{name}.body")
-        done = cg.fn.append_basic_block(f"{name}.end")
-        b.branch(head)
-        b.position_at_end(head)
-        v = b.phi(I64)
-        v.add_incoming(start, pre)
-        b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
-        b.position_at_end(loop_body)
-        body(v)
-        nxt = b.add(v, ir.Constant(I64, step))
-        nxt.flags.append("nsw")
-        latch = b.branch(head)
         md = cg.module.add_metadata([ir.MetaDataString(cg.module, "llvm.loop.vectorize.enable"),
                                      ir.Constant(I1, 0)])
-        latch.set_metadata("llvm.loop", _self_referential(cg.module, md))
-        v.add_incoming(nxt, b.block)
-        b.position_at_end(done)
+        cg.counted_loop(start, stop, step, name, body, _self_referential(cg.module, md))
 
     def _transposed_block(self, a, base, mask):
         """The W x K block of `a` (rows: the lanes base.., columns: the current j..j+K-1)

@@ -5,6 +5,7 @@ private kernel cache. Nothing here asserts on a time."""
 import json
 import os
 import pathlib
+import platform
 import re
 import subprocess
 import sys
@@ -78,8 +79,10 @@ def test_parse_shape(text, shape):
 def test_bench_registry_has_the_issue_workloads():
     assert set(bench.select()) >= {
         "call_overhead_einsum_i_i_8", "call_overhead_compiled_8", "compile_cold_matmul_f32",
-        "compile_warm_disk_matmul_f32", "matmul_f32_512_default", "rowsum_f32_4096x4096",
-        "rowsum_i8_4096x16384_i32"}
+        "compile_warm_disk_matmul_f32", "rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32",
+        "fma_peak_f32", "matmul_f32_256", "matmul_f32_512", "matmul_f32_1000",
+        "matmul_f32_1023", "matmul_f32_1024", "matmul_f32_2048", "matmul_f64_1024",
+        "matmul_i8_i32_1024", "batched_bmk_bkn_32x128x128x128", "splitk_123x51234x456"}
     assert bench.select("rowsum") == ["rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32"]
 
 
@@ -89,3 +92,11 @@ def test_check_close_refuses_a_wrong_dtype_or_value():
         bench.check_close(np.int64([1, 2]), np.int32([1, 2]))
     with pytest.raises(AssertionError):
         bench.check_close(np.int32([1, 2]), np.int32([1, 3]))
+
+
+def test_fma_peak_kernel_keeps_its_chains():
+    seconds, flops = bench.fma_peak(1, samples=1, sample_s=0.002)
+    assert seconds > 0 and flops > 0
+    asm = bench._fma_kernels().asm
+    if "x86" in platform.machine() or platform.machine() == "AMD64":
+        assert "vfmadd" in asm

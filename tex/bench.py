@@ -15,7 +15,8 @@ its docstring the description. It gets the `Options` and returns a `Result`, usu
         ...
         return compare(lambda: f(a), lambda: a.sum(axis=1), opts, unit="GB/s", work=a.nbytes)
 
-This module uses only tex's public API, as an outside user would.
+This module uses only tex's public API, as an outside user would, except for the FMA peak
+kernel: plain llvmlite IR compiled for tex's host target (tex.backends.llvm.jit).
 """
 import contextlib
 import datetime
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import namedtuple
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -235,19 +237,6 @@ def compile_warm_disk_matmul_f32(opts):
     return _first_call_result(runs)
 
 
-@workload
-def matmul_f32_512_default(opts):
-    """C = A @ B in index notation, 512x512 float32, default schedule, vs numpy's BLAS."""
-    n = 512
-    M, N, K = tex.sizes("M N K")
-    i, j, k = tex.indices("i j k")
-    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
-    f = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k)))
-    a, b = _rng().standard_normal((2, n, n), dtype=np.float32)
-    return compare(partial(f, a, b), partial(np.matmul, a, b), opts,
-                   unit="GFLOP/s", work=2 * n**3)
-
-
 def _rowsum(opts, shape, dtype, acc):
     """Row sums of a `dtype` matrix accumulated in `acc` (None: numpy's default) vs a.sum(1)."""
     R, C = tex.sizes("R C")
@@ -276,21 +265,274 @@ def rowsum_i8_4096x16384_i32(opts):
     return _rowsum(opts, (4096, 16384), "int8", "int32")
 
 
+# ---------------------------------------------------------------- matmul and the FMA peak
+
+_FMA_CHAINS = 16        # independent accumulators: more than FMA latency x FMA ports
+
+
+def _fma_peak_ir(lanes):
+    """LLVM IR of `float fma_peak(i64 n, float x, float y)`: n >= 1 iterations of
+    _FMA_CHAINS independent `acc = fma(acc, x, y)` on <lanes x float>, returning the sum of
+    every accumulator's lanes so that no chain is dead. On x86 also `i64 clock_chain(i64 n,
+    i64 y)`: n iterations of 64 dependent register adds in inline asm, one cycle each."""
+    from llvmlite import ir
+    f32, i64 = ir.FloatType(), ir.IntType(64)
+    vec = ir.VectorType(f32, lanes)
+    mod = ir.Module("tex_bench_peak")
+    fma = ir.Function(mod, ir.FunctionType(vec, [vec] * 3), f"llvm.fma.v{lanes}f32")
+    reduce = ir.Function(mod, ir.FunctionType(f32, [f32, vec]),
+                         f"llvm.vector.reduce.fadd.v{lanes}f32")
+    fn = ir.Function(mod, ir.FunctionType(f32, [i64, f32, f32]), "fma_peak")
+    n, x, y = fn.args
+    entry, loop, done = (fn.append_basic_block(b) for b in ("entry", "loop", "done"))
+    b = ir.IRBuilder(entry)
+
+    def splat(v):
+        undef = ir.Constant(vec, ir.Undefined)
+        one = b.insert_element(undef, v, ir.Constant(ir.IntType(32), 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
+                                                         [0] * lanes))
+    vx, vy = splat(x), splat(y)
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), entry)
+    phis = [b.phi(vec) for _ in range(_FMA_CHAINS)]
+    accs = [b.call(fma, [acc, vx, vy]) for acc in phis]
+    for c, (acc, nxt) in enumerate(zip(phis, accs)):
+        acc.add_incoming(ir.Constant(vec, [1.0 + c / 64] * lanes), entry)
+        acc.add_incoming(nxt, loop)
+    i_next = b.add(i, ir.Constant(i64, 1))
+    i.add_incoming(i_next, loop)
+    b.cbranch(b.icmp_unsigned("<", i_next, n), loop, done)
+    b.position_at_end(done)
+    total = accs[0]
+    for acc in accs[1:]:
+        total = b.fadd(total, acc)
+    b.ret(b.call(reduce, [ir.Constant(f32, 0.0), total]))
+
+    if _is_x86():
+        fn = ir.Function(mod, ir.FunctionType(i64, [i64, i64]), "clock_chain")
+        n, y = fn.args
+        entry, loop, done = (fn.append_basic_block(b) for b in ("entry", "loop", "done"))
+        b = ir.IRBuilder(entry)
+        b.branch(loop)
+        b.position_at_end(loop)
+        i, acc = b.phi(i64), b.phi(i64)
+        i.add_incoming(ir.Constant(i64, 0), entry)
+        acc.add_incoming(y, entry)
+        nxt = b.asm(ir.FunctionType(i64, [i64, i64]), "\n\t".join(["add $1, $0"] * 64),
+                    "=r,r,0,~{flags}", [y, acc], side_effect=False)
+        acc.add_incoming(nxt, loop)
+        i_next = b.add(i, ir.Constant(i64, 1))
+        i.add_incoming(i_next, loop)
+        b.cbranch(b.icmp_unsigned("<", i_next, n), loop, done)
+        b.position_at_end(done)
+        b.ret(nxt)
+    return str(mod)
+
+
+def _host():
+    from tex.backends.llvm import jit
+    return jit.Host.get()
+
+
+def _is_x86():
+    return _host().triple.startswith(("x86_64", "i686", "i386"))
+
+
+_FmaKernels = namedtuple("_FmaKernels", "peak clock flops_per_iter asm engine")
+
+
+@functools.lru_cache(maxsize=1)
+def _fma_kernels():
+    """fma_peak and clock_chain (None off x86) as ctypes functions, the FLOPs of one
+    fma_peak iteration, the assembly, and the engine that holds the code: compiled at O3
+    for this host's CPU and features, as tex's own kernels are."""
+    import ctypes
+
+    import llvmlite.binding as llvm
+    from tex.backends.llvm import jit
+    host = _host()
+    llvm.initialize_native_asmparser()     # for the inline asm of clock_chain
+    lanes = 16 if host.has_feature("avx512f") else 8 if host.has_feature("avx") else 4
+    mod = jit.optimized_module(_fma_peak_ir(lanes))
+    asm = host.machine.emit_assembly(mod)
+    engine = llvm.create_mcjit_compiler(mod, host.new_machine())
+    engine.finalize_object()
+    # CFUNCTYPE calls release the GIL: threads calling it run in parallel
+    peak = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float, ctypes.c_float)(
+        engine.get_function_address("fma_peak"))
+    clock = None
+    if _is_x86():
+        clock = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)(
+            engine.get_function_address("clock_chain"))
+    return _FmaKernels(peak, clock, 2 * lanes * _FMA_CHAINS, asm, engine)
+
+
+def _concurrent_seconds(fn, threads):
+    """Wall seconds of `threads` concurrent calls of fn(), from a common start."""
+    import threading
+    start = threading.Barrier(threads + 1)
+
+    def worker():
+        start.wait()
+        fn()
+    pool = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in pool:
+        t.join()
+    return time.perf_counter() - t0
+
+
+@functools.lru_cache(maxsize=None)
+def fma_peak(threads, samples=9, sample_s=0.05):
+    """Measured FP32 FMA peak of this machine on `threads` threads, once per process:
+    (seconds of the fastest sample, FLOPs of one sample on all threads). The fastest, not
+    the median: it is a peak, and other processes on the cores only ever lower it."""
+    kernels = _fma_kernels()
+    peak, flops_per_iter = kernels.peak, kernels.flops_per_iter
+    iters = 1 << 16
+    while True:                                 # iterations for one thread's sample_s
+        t0 = time.perf_counter()
+        peak(iters, 0.999999, 1e-6)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= sample_s / 4:
+            break
+        iters *= 4
+    iters = max(1, int(iters * sample_s / elapsed))
+    run = partial(peak, iters, 0.999999, 1e-6)
+    seconds = min(_concurrent_seconds(run, threads) for _ in range(samples))
+    return seconds, threads * iters * flops_per_iter
+
+
+def fma_peak_gflops(threads):
+    seconds, flops = fma_peak(threads)
+    return flops / seconds / 1e9
+
+
+@functools.lru_cache(maxsize=1)
+def clock_ghz():
+    """One core's clock in GHz from a chain of dependent adds (one cycle each; the fastest
+    of 5 runs), or None off x86."""
+    clock = _fma_kernels().clock
+    if clock is None:
+        return None
+    n = 1 << 20
+    clock(n, 1)
+    seconds = min(time_per_call(partial(clock, n, 1), 1) for _ in range(5))
+    return 64 * n / seconds / 1e9
+
+
+@workload
+def fma_peak_f32(opts):
+    """This machine's measured FP32 peak: 16 independent chains of vector FMAs
+    (llvm.fma on the host's widest float vector, <16 x float> with AVX-512) from an
+    llvmlite kernel, called through ctypes on tex.get_num_threads() Python threads at
+    once (rate), and on one thread (notes). The matmul rows give their fraction of it."""
+    threads = tex.get_num_threads()
+    asm = _fma_kernels().asm
+    seconds, flops = fma_peak(threads)
+    result = Result("GFLOP/s", tex_s=seconds, work=flops,
+                    extra={"threads": threads, "1T GFLOP/s": fma_peak_gflops(1)})
+    ghz = clock_ghz()
+    if ghz:
+        result.extra.update({"GHz": round(ghz, 2),
+                             "1T FLOP/cycle": fma_peak_gflops(1) / ghz,
+                             "FLOP/cycle/core": result.rate(seconds) / threads / ghz})
+    fma = next((ln.split() for ln in asm.splitlines() if "vfmadd" in ln), None)
+    result.extra["asm"] = f"{fma[0]} {fma[-1].strip('%')[:3]}" if fma else "no vfmadd"
+    return result
+
+
+def _peak_notes(result, dtype):
+    """Fractions of the measured FMA peak at tex's thread count (float64: half the lanes);
+    integer matmuls have no float FMA peak to compare with."""
+    dtype = np.dtype(dtype)
+    if dtype.kind != "f" or not result.tex_s:
+        return result
+    peak = fma_peak_gflops(tex.get_num_threads()) * 4 / dtype.itemsize
+    result.extra["peak_fraction"] = result.rate(result.tex_s) / peak
+    if result.numpy_s:
+        result.extra["numpy_peak_fraction"] = result.rate(result.numpy_s) / peak
+    return result
+
+
+def _operand(rng, shape, dtype):
+    if np.dtype(dtype).kind == "f":
+        return rng.standard_normal(shape, dtype=dtype)
+    return rng.integers(-128, 128, shape, dtype=dtype)
+
+
+def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
+    """C[m x n] = A[m x k] @ B[k x n] in index notation with the auto schedule vs
+    np.matmul; `acc`: products and sum in that dtype (numpy: both operands cast first)."""
+    M, N, K = tex.sizes("M N K")
+    i, j, kk = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), dtype), tex.tensor("B", (K, N), dtype)
+    if acc is None:
+        body, numpy_fn = A[i, kk] * B[kk, j], np.matmul
+    else:
+        body = A[i, kk].astype(acc) * B[kk, j].astype(acc)
+
+        def numpy_fn(x, y):
+            return np.matmul(x.astype(acc), y.astype(acc))
+    f = tex.compile(tex.compute("C", (i, j), tex.sum(body, over=kk, dtype=acc)))
+    rng = _rng()
+    a, b = _operand(rng, (m, k), dtype), _operand(rng, (k, n), dtype)
+    if max_repeat:
+        opts = Options(**{**vars(opts), "repeat": min(opts.repeat, max_repeat)})
+    result = compare(partial(f, a, b), partial(numpy_fn, a, b), opts,
+                     unit="GFLOP/s", work=2 * m * n * k)
+    return _peak_notes(result, dtype)
+
+
+def _square_matmul(name, n, dtype="float32", max_repeat=None, note=""):
+    """Register `name`: an n x n x n `_matmul`."""
+    def run_case(opts):
+        return _matmul(opts, n, n, n, dtype, max_repeat=max_repeat)
+    run_case.__name__ = name
+    run_case.__doc__ = (f"C = A @ B in index notation, {n}x{n} {dtype}, auto schedule, vs "
+                        f"np.matmul (BLAS).{note}")
+    return workload(run_case)
+
+
+_square_matmul("matmul_f32_256", 256)
+_square_matmul("matmul_f32_512", 512)
+_square_matmul("matmul_f32_1000", 1000, note=" 1000 is not a multiple of any tile.")
+_square_matmul("matmul_f32_1023", 1023, note=" One short of 1024: no cliff at non-multiples.")
+_square_matmul("matmul_f32_1024", 1024)
+_square_matmul("matmul_f32_2048", 2048, max_repeat=3)
+_square_matmul("matmul_f64_1024", 1024, "float64",
+               note=" Its peak is half the float32 FMA peak (half the lanes).")
+
+
+@workload
+def matmul_i8_i32_1024(opts):
+    """C = A @ B, 1024x1024 int8 operands, products and sums in int32, auto schedule, vs
+    np.matmul(a.astype(np.int32), b.astype(np.int32)): numpy has no int8 (or integer)
+    BLAS, so its column is numpy's own integer loop and the casts."""
+    return _matmul(opts, 1024, 1024, 1024, "int8", acc="int32", max_repeat=3)
+
+
+@workload
+def batched_bmk_bkn_32x128x128x128(opts):
+    """tex.einsum("bmk,bkn->bmn") on 32 float32 128x128 matrix pairs vs np.matmul."""
+    rng = _rng()
+    a, b = (rng.standard_normal((32, 128, 128), dtype=np.float32) for _ in range(2))
+    result = compare(partial(tex.einsum, "bmk,bkn->bmn", a, b), partial(np.matmul, a, b),
+                     opts, unit="GFLOP/s", work=2 * 32 * 128**3)
+    return _peak_notes(result, np.float32)
+
+
 @workload
 def splitk_123x51234x456(opts):
     """C[123x456] = A[123x51234] @ B[51234x456] float32 with the auto schedule (its
     split-K decision included) vs numpy's BLAS, the shape of the split-K discussion."""
-    m, k, n = 123, 51234, 456
-    M, N, K = tex.sizes("M N K")
-    i, j, kk = tex.indices("i j k")
-    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
-    f = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, kk] * B[kk, j], over=kk)))
-    rng = _rng()
-    a = rng.standard_normal((m, k), dtype=np.float32)
-    b = rng.standard_normal((k, n), dtype=np.float32)
-    opts = Options(**{**vars(opts), "repeat": min(opts.repeat, 3)})
-    return compare(partial(f, a, b), partial(np.matmul, a, b), opts,
-                   unit="GFLOP/s", work=2 * m * n * k)
+    return _matmul(opts, 123, 51234, 456, max_repeat=3)
 
 
 @workload
@@ -502,10 +744,15 @@ def _cells(r):
     rates = ("", "")
     if r.unit in THROUGHPUT_UNITS:
         rates = tuple(f"{r.rate(s):.2f} {r.unit}" if s else "" for s in (r.tex_s, r.numpy_s))
-    notes = ", ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}"
-                      for k, v in r.extra.items())
+    notes = ", ".join(_note(k, v) for k, v in r.extra.items())
     ratio = f"{r.ratio:.2f}x" if r.ratio else ""
     return (r.name, format_seconds(r.tex_s), format_seconds(r.numpy_s), ratio, *rates, notes)
+
+
+def _note(key, value):
+    if key.endswith("fraction"):
+        return f"{key} {value:.0%}"
+    return f"{key} {value:.1f}" if isinstance(value, float) else f"{key} {value}"
 
 
 def format_seconds(s):

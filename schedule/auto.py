@@ -42,6 +42,8 @@ def prefers_reduction_outside(defn):
 def auto_schedule(sched):
     for stage in sched.stages:
         d = stage.definition
+        if _auto_blocked(stage):
+            continue
         if prefers_reduction_outside(d):
             last = d.indices[-1]
             order = [x for x in d.indices if x is not last] + list(d.reduction.over) + [last]
@@ -57,6 +59,20 @@ def auto_schedule(sched):
                 break
         _auto_vectorize(stage)
     return sched
+
+
+def _auto_blocked(stage):
+    """Contractions (matmul and every einsum that is one) get the BLIS-style blocked
+    schedule of schedule/blocking.py, when their sum may be reassociated."""
+    from .blocking import block_contraction, contraction_roles
+    roles = contraction_roles(stage.definition)
+    if roles is None:
+        return False
+    red = stage.definition.reduction
+    if red.dtype.kind == "f" and not stage.state.fast_math:
+        return False
+    block_contraction(stage, roles)
+    return True
 
 
 def _auto_reduction_strategy(stage):

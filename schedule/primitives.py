@@ -8,7 +8,7 @@ from dataclasses import replace
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Index, Param
+from tex.expr import CeilDiv, Index, Param
 
 from .ir import LoopKind
 from .stage import Axis
@@ -95,7 +95,7 @@ def split(state, var, factor, tail=Tail.PEEL):
     new_axes = []
     for a in state.axes:
         if a is axis:
-            new_axes += [Axis(outer, sp.ceiling(E / T), a.reduction),
+            new_axes += [Axis(outer, CeilDiv(E, T), a.reduction),
                          Axis(inner, inner_ext, a.reduction)]
         else:
             new_axes.append(a)
@@ -137,7 +137,7 @@ def reorder(state, vars_):
 
 
 def _check_not_anchor(prim, state, axis):
-    for tensor, at in state.packs + state.hosted:
+    for tensor, at, *_ in state.packs + state.hosted:
         if at is axis.var:
             _fail(prim, state, f"loop {axis.name} anchors the local copy of {tensor.name}; "
                   f"{prim} it before pack/compute_at")
@@ -229,7 +229,7 @@ def split_k(state, var, parts):
         _fail("split_k", state, f"loop {axis.name} has extent {show(E)}, which depends on "
               "another loop")
     P = sp.sympify(parts)
-    chunk = sp.ceiling(E / P)
+    chunk = CeilDiv(E, P)
     outer = Index(fresh_name(state, axis.name + "o"))
     inner = Index(fresh_name(state, axis.name + "i"))
     old = axis.var
@@ -246,23 +246,34 @@ def split_k(state, var, parts):
     return privatize(state, outer), outer, inner
 
 
-def pack(state, tensor, var):
-    """Copy the tile of `tensor` that the loops below `var` read into a contiguous local
-    buffer at the top of each iteration of `var`; the reads are rewritten to it.
+PACK_LAYOUTS = ("box", "loops")
 
-    rewrite:  for ko: ... B[k, j] ...
-           -> for ko: B_pack[0..Tk, 0..Tn] = B[ko*Tk + .., jo*Tn + ..]; ... B_pack[ki, ji] ...
-    requires: the stage reads `tensor` below `var` at one offset (a single box covers all
-    reads), with indices that grow with the inner loops; the copy is clipped to the
-    tensor's bounds, so tails never read outside it.
+
+def pack(state, tensor, var, layout="box"):
+    """Copy what the loops below `var` read of `tensor` into a contiguous local buffer
+    at the top of each iteration of `var`; the reads are rewritten to it.
+
+    layout "box": the copy is the box of the tensor that those loops read, in the
+    tensor's own dimension order:
+        for ko: B_pack[0..Tk, 0..Tn] = B[ko*Tk + .., jo*Tn + ..]; ... B_pack[ki, ji] ...
+    layout "loops": the copy has one dimension per loop below `var` that the read
+    uses, in loop order, each as long as that loop's largest extent (BLIS's
+    micro-panels: the innermost loops then read consecutive addresses); elements
+    outside the tensor (the padding of guarded tails) are zero:
+        for kc: B_pack[jr, k, jj] = B[kc*KC + k, jr*NR + jj] (0 past N); ... B_pack[jr, k, jj]
+    requires: the stage reads `tensor` below `var` -- "box": at one offset, with indices
+    that grow with the inner loops; "loops": through one index.
     """
     axis = _require("pack", state, var)
     reads = state.definition.reads()
     if tensor not in reads:
         _fail("pack", state, f"the stage does not read {getattr(tensor, 'name', tensor)}")
-    if any(t is tensor for t, _ in state.packs + state.hosted):
+    if layout not in PACK_LAYOUTS:
+        _fail("pack", state, f"layout={layout!r} is not one of "
+              f"{', '.join(map(repr, PACK_LAYOUTS))}")
+    if any(t is tensor for t, *_ in state.packs + state.hosted):
         _fail("pack", state, f"{tensor.name} is already packed or computed inside this stage")
-    return replace(state, packs=state.packs + ((tensor, axis.var),))
+    return replace(state, packs=state.packs + ((tensor, axis.var, layout),))
 
 
 def host(state, producer, var):
@@ -271,7 +282,7 @@ def host(state, producer, var):
     axis = _require("compute_at", state, var)
     if producer not in state.definition.reads():
         _fail("compute_at", state, f"the stage does not read {producer.name}")
-    if any(p is producer for p, _ in state.hosted + state.packs):
+    if any(p is producer for p, *_ in state.hosted + state.packs):
         _fail("compute_at", state, f"{producer.name} is already packed or computed inside "
               "this stage")
     return replace(state, hosted=state.hosted + ((producer, axis.var),))

@@ -11,17 +11,23 @@ from dataclasses import dataclass
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Access, rebuild, with_children
+from tex.expr import Access, CeilDiv, rebuild, with_children
 
 
 def upper_bound(extent, loop_vars):
     """An extent free of loop variables that is >= the extent everywhere. Tails have the
-    form Min(T, E - o*T): the constant T bounds them; otherwise take the loops at 0."""
+    form Min(T, E - o*T): the constant T bounds them, also inside the ceiling of a
+    split of a split (ceiling(Min(192, M - 192*io)/6) <= 32); otherwise take the loops
+    at 0 (extents shrink as outer loops advance)."""
     extent = sp.sympify(extent)
     if isinstance(extent, sp.Min):
         consts = [a for a in extent.args if a.is_Integer]
         if consts:
             return sp.Integer(min(int(c) for c in consts))
+    if isinstance(extent, CeilDiv) and extent.args[1].is_Integer and extent.args[1] > 0:
+        bound = upper_bound(extent.args[0], loop_vars)
+        if bound.is_Integer:
+            return CeilDiv(bound, extent.args[1])
     return extent.xreplace({v: 0 for v in loop_vars})
 
 

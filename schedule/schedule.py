@@ -62,6 +62,7 @@ class Pack:
     stage: str
     tensor: str
     at: str
+    layout: str = "box"
 
 
 @dataclass(frozen=True)
@@ -185,13 +186,15 @@ class StageHandle:
         self.state = P.privatize(self.state, var)
         self.sched._record(Privatize(self.name, var.name))
 
-    def pack(self, tensor, at):
-        """Copy the tile of `tensor` read below loop `at` into a contiguous buffer."""
+    def pack(self, tensor, at, layout="box"):
+        """Copy what the loops below `at` read of `tensor` into a contiguous buffer:
+        `layout="box"` keeps the tensor's dimensions, `layout="loops"` lays it out in the
+        order the loops read it (BLIS's packed micro-panels, zero-padded)."""
         if isinstance(tensor, str):
             tensor = self.sched.program.tensor(tensor)
         var = self._var("pack", at)
-        self.state = P.pack(self.state, tensor, var)
-        self.sched._record(Pack(self.name, tensor.name, var.name))
+        self.state = P.pack(self.state, tensor, var, layout)
+        self.sched._record(Pack(self.name, tensor.name, var.name, layout))
 
     def compute_at(self, consumer, at):
         """Compute this definition inside loop `at` of `consumer`, only over the part the
@@ -402,7 +405,7 @@ class Schedule:
             elif isinstance(st, Privatize):
                 stage.privatize(st.loop)
             elif isinstance(st, Pack):
-                stage.pack(st.tensor, st.at)
+                stage.pack(st.tensor, st.at, st.layout)
             elif isinstance(st, ComputeAt):
                 stage.compute_at(st.consumer, st.at)
             elif isinstance(st, SetKind):

@@ -21,8 +21,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sympy as sp
 
+from tex.errors import ScheduleError
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
 
+from .region import upper_bound
 from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
                  Update, map_nest, walk)
 
@@ -141,11 +143,11 @@ def lower_stage(state, buffers, states=None):
     out_index = tuple(state.subst[x] for x in d.indices)
     red = d.reduction
     value = _retarget(red.body if red is not None else d.expr, buffers, state.subst)
-    value, inserts = _local_tiles(state, value, buffers, states or {})
+    value, inserts, padded = _local_tiles(state, value, buffers, states or {})
     if red is None:
         body = _nest(state.axes, [Store(out_buf, out_index, value)], state.guards)
     elif state.private is None:
-        body = _reduction_nest(state, value, out_buf, out_index)
+        body = _reduction_nest(state, value, out_buf, out_index, padded=padded)
     else:
         body = _privatized(state, value, out_buf, out_index)
     for at, local, stmts in inserts:
@@ -154,24 +156,28 @@ def lower_stage(state, buffers, states=None):
 
 
 def _local_tiles(state, value, buffers, states):
-    """Packed copies and producers computed in place: (rewritten value, inserts), each
-    insert (loop var, local buffer, statements to run at the top of that loop)."""
+    """Packed copies and producers computed in place: (rewritten value, inserts, padded),
+    each insert (loop var, local buffer, statements to run at the top of that loop);
+    `padded` holds the copies that any iteration of the loops may read (zero-padded)."""
     from .region import read_box, rewrite_reads
-    inserts = []
+    inserts, padded = [], set()
     loop_vars = state_vars(state)
     extents = {a.var: a.extent for a in state.axes}
-    for tensor, at, kind in [(t, v, "pack") for t, v in state.packs] + \
+    for tensor, at, kind in [(t, v, layout) for t, v, layout in state.packs] + \
                             [(t, v, "local") for t, v in state.hosted]:
         position = loop_vars.index(at)
         inner = set(loop_vars[position + 1:])
         buf = buffers[tensor]
-        prim = "pack" if kind == "pack" else "compute_at"
+        if kind == "loops":
+            local, stmts, value = _panel_copy(state, value, buf, state.axes[position + 1:])
+            inserts.append((at, local, stmts))
+            padded.add(local)
+            continue
+        prim = "pack" if kind == "box" else "compute_at"
         box = read_box(prim, state.definition.name, value, buf, inner, extents, loop_vars)
-        small = all(sp.sympify(z).is_Integer for z in box.size) and \
-            int(np.prod([int(z) for z in box.size])) * buf.dtype.itemsize <= 64 * 1024
-        local = Buffer(f"{tensor.name}_{kind}", box.size, buf.dtype,
-                       Scope.LOCAL if small else Scope.TEMP)
-        if kind == "pack":
+        local = Buffer(f"{tensor.name}_{'pack' if kind == 'box' else kind}", box.size,
+                       buf.dtype, _local_scope(box.size, buf.dtype))
+        if kind == "box":
             fresh = [Index(f"{tensor.name}_p{n}") for n in range(buf.ndim)]
             src = Access(buf, [st + e for st, e in zip(box.start, fresh)])
             stmts = _nest([Axis(e, x, False) for e, x in zip(fresh, box.extent)],
@@ -180,7 +186,69 @@ def _local_tiles(state, value, buffers, states):
             stmts = _producer_over_box(states[tensor], box, local, buffers)
         value = rewrite_reads(value, buf, local, box)
         inserts.append((at, local, stmts))
-    return value, inserts
+    return value, inserts, padded
+
+
+def _local_scope(shape, dtype):
+    """A copy of constant size up to 64 KiB lives on the stack, a larger one on the heap."""
+    small = all(sp.sympify(z).is_Integer for z in shape) and \
+        int(np.prod([int(z) for z in shape])) * np.dtype(dtype).itemsize <= 64 * 1024
+    return Scope.LOCAL if small else Scope.TEMP
+
+
+def _panel_copy(state, value, buf, inner_axes):
+    """pack(layout="loops"): (local buffer, copy statements, value reading the copy).
+    The copy has a dimension for each loop of `inner_axes` that the read of `buf` uses,
+    in loop order, as long as the loop's largest extent; it is filled over the loops'
+    extents, with zeros where the read falls outside `buf` (a guarded tail), so every
+    iteration of the loops -- guarded or not -- reads initialised memory."""
+    from tex.expr import walk as walk_expr
+    name = state.definition.name
+    reads = []
+    for node in walk_expr(value):
+        if isinstance(node, Access) and node.tensor is buf and not any(
+                all(sp.expand(a - b) == 0 for a, b in zip(node.index, r.index)) for r in reads):
+            reads.append(node)
+    if len(reads) != 1:
+        raise ScheduleError(f"pack: in stage {name}, {buf.name} is read at {len(reads)} "
+                            "different indices below the loop; layout='loops' copies one read")
+    read = reads[0]
+    used = set().union(*(sp.sympify(ix).free_symbols for ix in read.index))
+    dims = [a for a in inner_axes if a.var in used]
+    others = {a.var for a in inner_axes} - {a.var for a in dims}
+    for a in dims:
+        if sp.sympify(a.extent).free_symbols & others:
+            raise ScheduleError(f"pack: in stage {name}, loop {a.name} (read by {buf.name}) "
+                                "has an extent that depends on a loop the read does not use")
+    loop_vars = state_vars(state)
+    shape = tuple(upper_bound(a.extent, loop_vars) for a in dims)
+    local = Buffer(f"{buf.name}_pack", shape, buf.dtype, _local_scope(shape, buf.dtype))
+    where = tuple(a.var for a in dims)
+    fresh = {v: Index(v.name) for v in where}      # the copy's own loop variables
+    src = Access(buf, [sp.sympify(ix).xreplace(fresh) for ix in read.index])
+    bounds = [c for ix, n in zip(src.index, buf.shape)
+              for c in (sp.GreaterThan(ix, 0), sp.StrictLessThan(ix, n))]
+    inside = sp.And(*bounds)
+    dst = tuple(fresh[v] for v in where)
+    stores = [Guard(inside, (Store(local, dst, src),))]
+    if inside is not sp.true:
+        outside = sp.Or(*[sp.Not(c) for c in bounds])
+        stores.append(Guard(outside, (Store(local, dst, Const(0, buf.dtype)),)))
+    # the innermost copy loop is a vector loop when the stage's own loop is the
+    # innermost one and a vector (B's panel rows); straight-line unrolled loops stay so
+    kinds = [a.kind if a.kind is LoopKind.UNROLLED else LoopKind.SERIAL for a in dims]
+    if dims and dims[-1] is inner_axes[-1] and dims[-1].kind is LoopKind.VECTOR:
+        kinds[-1] = LoopKind.VECTOR
+    copy_axes = [Axis(fresh[a.var], sp.sympify(a.extent).xreplace(fresh), False, k, "mask")
+                 for a, k in zip(dims, kinds)]
+    stmts = _nest(copy_axes, stores)
+
+    def reread(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access) and node.tensor is buf:
+            return Access(local, where)
+        return node
+    return local, stmts, rebuild(value, reread)
 
 
 def _producer_over_box(pstate, box, local, buffers):
@@ -249,7 +317,6 @@ def _privatized(state, value, out_buf, out_index):
     d, red = state.definition, state.definition.reduction
     p = state.private
     arg = red.combiner in ("argmax", "argmin")
-    from .region import upper_bound
     parts = upper_bound(state.axis(p).extent, state_vars(state))
     part_dtype = value.dtype if arg else red.dtype
     first_red = next((n for n, a in enumerate(state.axes) if a.reduction and a.var is not p),
@@ -298,11 +365,14 @@ def _merge(state, part, part_pos, part_index, q, parts, out_buf, out_index):
 
 
 def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
-                    split_at=None):
+                    split_at=None, padded=frozenset()):
     """The loops of a reduction writing `out_buf[out_index]` (the position, for argmax;
     `values_to` then receives the best values too). The accumulator is initialised and
     written back around the outermost reduction loop, with a dimension for every output
-    loop inside it -- or is the output itself when the types agree."""
+    loop inside it -- or is the output itself when the types agree. When that tile is
+    too big for registers but a reduction loop further in has a register-sized tile of
+    output loops inside it, that loop gets a local accumulator of its own, combined into
+    the output after it (`_register_tile`: the micro-kernel of a blocked matmul)."""
     d, red = state.definition, state.definition.reduction
     private = state.private
     reducing = [a.reduction and a.var is not private for a in state.axes]
@@ -315,16 +385,13 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     acc_dtype = value.dtype if arg else red.dtype
     if not arg and value.dtype != acc_dtype:
         value = cast(value, acc_dtype)
-    from .region import upper_bound
-    tile = [upper_bound(a.extent, state_vars(state)) for a in inner_out]
-    register_tile = inner_out and all(t.is_Integer for t in tile) and \
-        int(np.prod([int(t) for t in tile])) * np.dtype(acc_dtype).itemsize <= REGISTER_TILE_BYTES
+    loop_vars = state_vars(state)
+    register_tile = _fits_registers(state, inner_out, acc_dtype)
     if inner_out and not arg and acc_dtype == out_buf.dtype and not register_tile:
         acc, acc_index = out_buf, out_index          # accumulate in the output itself
     else:
         # extents that shrink in a tail (Min(T, E - o*T)) are largest at o = 0
-        from .region import upper_bound
-        shape = tuple(upper_bound(a.extent, state_vars(state)) for a in inner_out)
+        shape = tuple(upper_bound(a.extent, loop_vars) for a in inner_out)
         acc = Buffer(f"{d.name}_acc", shape, acc_dtype, Scope.LOCAL)
         acc_index = tuple(a.var for a in inner_out)
     init = [Store(acc, acc_index, identity(red.combiner, acc_dtype))]
@@ -343,15 +410,23 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     out_guards = _guards_for(state, outer + tuple(inner_out))
     # an extent that depends on a reduction loop (the private part of a split reduction)
     # is unknown outside it: initialise and write back over its upper bound instead
-    from .region import upper_bound
     bound = {a.var for a in outer} | {a.var for a in inner_out}
-    loop_vars = state_vars(state)
     inner_out = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols
                  & set(loop_vars) <= bound else
                  replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
                  for a in inner_out]
     body += _nest(inner_out, init, out_guards)
-    body += _nest(inner_axes, [update], state.guards)
+    level = None if acc is not out_buf or arg else _register_level(state, reducing, first_red,
+                                                                    acc_dtype)
+    if level is not None:
+        body += _nest(state.axes[first_red:level],
+                      _register_tile(state, value, out_buf, out_index, level, padded),
+                      _guards_for(state, state.axes[:level]))
+    else:
+        guards = state.guards
+        if register_tile and not arg:
+            guards = _update_guards(state, value, outer + tuple(inner_out), padded)
+        body += _nest(inner_axes, [update], guards)
     if acc is not out_buf:
         result = Access(target.buffer if arg else acc, acc_index)
         writes = [Store(out_buf, out_index, result)]
@@ -360,3 +435,73 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         body += _nest(inner_out, writes, out_guards)
     outer_axes = [Axis(a.var, a.extent, False, a.kind, a.tail) for a in outer]
     return _nest(outer_axes, body + list(after))
+
+
+def _fits_registers(state, axes, dtype):
+    """Do output loops `axes` span a constant tile of at most REGISTER_TILE_BYTES?"""
+    tile = [upper_bound(a.extent, state_vars(state)) for a in axes]
+    return bool(axes) and all(t.is_Integer for t in tile) and \
+        int(np.prod([int(t) for t in tile])) * np.dtype(dtype).itemsize <= REGISTER_TILE_BYTES
+
+
+def _register_level(state, reducing, first_red, dtype):
+    """The outermost reduction loop inside the first one whose inner output loops form
+    a register tile (None if there is none): with the loops jc, kc, ic, jr, ir, k, i, j
+    of a blocked matmul, the loop k, whose tile i x j stays in vector registers."""
+    for pos in range(first_red + 1, len(state.axes)):
+        if not reducing[pos]:
+            continue
+        tile = [a for a, r in zip(state.axes[pos:], reducing[pos:]) if not r]
+        if _fits_registers(state, tile, dtype):
+            return pos
+    return None
+
+
+def _register_tile(state, value, out_buf, out_index, level, padded):
+    """The loops from reduction loop `level` inward, accumulating in a local tile that
+    is combined into the output after them:
+
+        acc[i, j] = identity                      (every i, j of the tile, unguarded)
+        for k: for i: for j: acc[i, j] += value    (guards on i, j dropped: see below)
+        for i: for j: if guards: C[..] = combine(C[..], acc[i, j])
+    """
+    d, red = state.definition, state.definition.reduction
+    loop_vars = state_vars(state)
+    axes = state.axes[level:]
+    outside = state.axes[:level] + tuple(a for a in axes if not a.reduction)
+    known = {a.var for a in outside}
+    # a tile loop's extent may shrink in a tail (Min(T, E - o*T)); one that depends on
+    # the reduction loops inside the level is taken at its bound
+    tile = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols & set(loop_vars)
+            <= known else replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
+            for a in axes if not a.reduction]
+    shape = tuple(upper_bound(a.extent, loop_vars) for a in tile)
+    acc = Buffer(f"{d.name}_acc", shape, red.dtype, Scope.LOCAL)
+    index = tuple(a.var for a in tile)
+    update = Update(acc, index, red.combiner, value, state.fast_math)
+    write = Update(out_buf, out_index, red.combiner, Access(acc, index), state.fast_math)
+    return (_nest(tile, [Store(acc, index, identity(red.combiner, red.dtype))]) +
+            _nest(axes, [update], _update_guards(state, value, outside, padded)) +
+            _nest(tile, [write], _guards_for(state, outside)))
+
+
+def _update_guards(state, value, outside, padded):
+    """The guards an update into a local accumulator tile still needs. A guard on the
+    loops of `outside` (the tile's own loops and those around it) only says which tile
+    elements exist; the write-back checks it. The update may run unguarded (computing
+    elements nobody reads) when every read that moves with the guard's loops comes
+    from a zero-padded packed copy (`padded`), which those loops never leave; a guard
+    that protects any other read stays."""
+    from tex.expr import walk as walk_expr
+    allowed = {a.var for a in outside}
+    loop_vars = set(state_vars(state))
+    reads = [a for a in walk_expr(value) if isinstance(a, Access)]
+    kept = []
+    for g in state.guards:
+        mentions = g.free_symbols & loop_vars
+        safe = mentions <= allowed and all(
+            a.tensor in padded for a in reads
+            if set().union(*(sp.sympify(ix).free_symbols for ix in a.index)) & mentions)
+        if not safe:
+            kept.append(g)
+    return tuple(kept)

@@ -50,6 +50,34 @@ class Param(sp.Symbol):
         return super().__new__(cls, name, integer=True, positive=True)
 
 
+class CeilDiv(sp.Function):
+    """ceiling(a / b) for integers, the trip count of a split's outer loop. sympy's own
+    `ceiling(Min(1020, 1024 - 1020*io)/6)` wrongly simplifies to the quotient (it takes
+    the Min of two even numbers over 6 for an integer), so splits use this function,
+    which evaluates only on integer arguments."""
+    is_integer = True
+
+    @classmethod
+    def eval(cls, a, b):
+        if a.is_Integer and b.is_Integer and b != 0:
+            return sp.Integer(-(-int(a) // int(b)))
+        if b == 1:
+            return a
+        return None
+
+    def _eval_is_nonnegative(self):
+        a, b = self.args
+        if a.is_nonnegative and b.is_positive:
+            return True
+        return None
+
+    def _sympystr(self, printer):
+        from sympy.printing.precedence import PRECEDENCE
+        a, b = self.args
+        return f"ceiling({printer.parenthesize(a, PRECEDENCE['Mul'])}/" \
+               f"{printer.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
+
+
 class AutoParts(Param):
     """A split_k part count that the call path chooses from the sizes and the thread
     count (`s.auto()`'s split-K decision): `rows` is the extent of the loop that the

@@ -17,7 +17,7 @@ import numpy as np
 import sympy as sp
 from llvmlite import ir
 
-from tex.expr import Access, Const, IndexValue, Op
+from tex.expr import Access, CeilDiv, Const, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
                              Update, walk)
@@ -32,7 +32,8 @@ NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to
 # fewer inner iterations than this run on one thread: waking a passive libgomp team costs
 # tens of microseconds, as much as ~1M vectorized iterations of a light loop body
 PARALLEL_MIN_WORK = 1 << 20
-STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this size live on the stack
+STACK_TEMP_BYTES = 16 * 1024
+MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
 
 def value_type(dt):
@@ -87,6 +88,10 @@ class Codegen:
                 dims[pos, axis] = lambda dptr=dptr, axis=axis: b.load(
                     b.gep(dptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
                 st = b.load(b.gep(sptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
+                if pos >= len(self.kernel.inputs) and axis == buf.ndim - 1:
+                    # outputs are written along their last axis with unit stride (the
+                    # body assumes it); another view is retried on a contiguous copy
+                    ok = b.and_(ok, b.icmp_signed("==", st, ir.Constant(I64, size)))
                 if size > 1:
                     rem = b.srem(st, ir.Constant(I64, size))
                     ok = b.and_(ok, b.icmp_signed("==", rem, ir.Constant(I64, 0)))
@@ -125,8 +130,11 @@ class Codegen:
         self.memory = {}       # Buffer -> (base pointer, [element strides])
         args = iter(fn.args)
         data = [next(args) for _ in arrays]
-        for buf, ptr in zip(arrays, data):
-            self.memory[buf] = (ptr, [next(args) for _ in range(buf.ndim)])
+        for pos, (buf, ptr) in enumerate(zip(arrays, data)):
+            strides = [next(args) for _ in range(buf.ndim)]
+            if pos >= len(k.inputs) and strides:
+                strides[-1] = ir.Constant(I64, 1)      # checked by the entry point
+            self.memory[buf] = (ptr, strides)
         for s in list(k.sizes) + list(k.params) + [NTHREADS]:
             self.env[s] = next(args)
         self.fail_block = fn.append_basic_block("nomem")
@@ -149,10 +157,16 @@ class Codegen:
         return fn
 
     def _contiguous_strides(self, shape):
-        strides, acc = [], ir.Constant(I64, 1)
+        strides, acc, known = [], ir.Constant(I64, 1), 1
         for d in reversed(shape):
             strides.append(acc)
-            acc = self.b.mul(acc, self.index(d))
+            d = sp.sympify(d)
+            if known is not None and d.is_Integer:       # constant strides stay constants
+                known *= int(d)
+                acc = ir.Constant(I64, known)
+            else:
+                known = None
+                acc = self.b.mul(acc, self.index(d))
         return list(reversed(strides)), acc
 
     def _alloca(self, buf):
@@ -162,19 +176,26 @@ class Codegen:
         ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
         self.memory[buf] = (ptr, self._contiguous_strides(buf.shape)[0])
 
-    def _malloc(self, buf, stack_ok=False):
+    def _malloc(self, buf, stack_ok=False, once=False):
         """Heap memory for `buf` (64-byte aligned), freed when the function returns.
         With `stack_ok` (buffers the kernel allocates once, at its start) a small buffer
         goes on the stack instead: a split-K partial of a few elements must not cost a
-        malloc and a free on every call."""
+        malloc and a free on every call. With `once` (code that may run many times) the
+        memory is taken on the first run and reused after; its size must not change."""
         strides, count = self._contiguous_strides(buf.shape)
         nbytes = self.b.mul(count, ir.Constant(I64, np.dtype(buf.dtype).itemsize))
         nbytes = self.b.add(nbytes, ir.Constant(I64, 64))       # never 0; room to round up
         nbytes = self.b.and_(nbytes, ir.Constant(I64, ~63))
         slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")    # the heap pointer, or null
         self.eb.store(ir.Constant(PTR, None), slot)
+        self.temps.append(slot)
         alloc = self._extern("aligned_alloc", PTR, [I64, I64])
-        if stack_ok:
+        null = ir.Constant(PTR, None)
+        if once:
+            with self.b.if_then(self.b.icmp_unsigned("==", self.b.load(slot, typ=PTR), null)):
+                self.b.store(self.b.call(alloc, [ir.Constant(I64, 64), nbytes]), slot)
+            ptr = self.b.load(slot, typ=PTR, name=buf.name)
+        elif stack_ok:
             small = self.b.icmp_unsigned("<=", nbytes, ir.Constant(I64, STACK_TEMP_BYTES))
             with self.b.if_else(small) as (then, otherwise):
                 with then:
@@ -192,11 +213,9 @@ class Codegen:
             ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
             self.b.store(ptr, slot)
         ok = self.fn.append_basic_block(f"{buf.name}.ok")
-        self.b.cbranch(self.b.icmp_unsigned("==", ptr, ir.Constant(PTR, None)),
-                       self.fail_block, ok)
+        self.b.cbranch(self.b.icmp_unsigned("==", ptr, null), self.fail_block, ok)
         self.b.position_at_end(ok)
         self.memory[buf] = (ptr, strides)
-        self.temps.append(slot)
 
     def _free_temps(self):
         free = self._extern("free", ir.VoidType(), [PTR])
@@ -236,21 +255,17 @@ class Codegen:
             raise NotImplementedError(f"codegen: {type(s).__name__}")
 
     def _allocate(self, s):
-        """A buffer live only inside `s.body`: a stack slot when its size is a constant,
-        else heap memory freed when the body ends (so a loop around it does not leak)."""
+        """A buffer live only inside `s.body`: a stack slot when its size is a constant
+        (and small), else heap memory taken the first time the body runs and kept until
+        the function returns -- a packed panel inside a loop is allocated once a call
+        (once a thread, inside a parallel loop), not once an iteration."""
         buf = s.buffer
         if buf.scope is Scope.LOCAL and all(sp.sympify(d).is_Integer for d in buf.shape):
             self._alloca(buf)
-            for c in s.body:
-                self._stmt(c)
         else:
-            self._malloc(buf)
-            slot = self.temps[-1]
-            for c in s.body:
-                self._stmt(c)
-            self.b.call(self._extern("free", ir.VoidType(), [PTR]),
-                        [self.b.load(slot, typ=PTR)])
-            self.b.store(ir.Constant(PTR, None), slot)
+            self._malloc(buf, once=True)
+        for c in s.body:
+            self._stmt(c)
         del self.memory[buf]        # its pointer and strides exist only inside the body
 
     def _loop(self, loop):
@@ -260,9 +275,26 @@ class Codegen:
         end = self.b.add(start, self.index(loop.extent))
         if loop.kind is LoopKind.VECTOR:
             return emit_vector_loop(self, loop, start, end)
+        if loop.kind is LoopKind.UNROLLED and self.straight_line(loop):
+            return
         if emit_serial(self, loop, start, end):      # loops around vector loops (vector.py)
             return
         self._serial_loop(loop, start, end)
+
+    def straight_line(self, loop):
+        """A loop of constant bounds (an unrolled loop over a register tile's rows) as
+        its body repeated with the variable a constant; False if the bounds are not
+        constant or too many. The tile's addresses fold, so its local accumulator is
+        promoted to registers (SROA needs constant offsets in every access)."""
+        first, count = sp.sympify(loop.start), sp.sympify(loop.extent)
+        if not (first.is_Integer and count.is_Integer and 0 <= count <= MAX_STRAIGHT_LINE):
+            return False
+        for n in range(int(first), int(first) + int(count)):
+            self.env[loop.var] = ir.Constant(I64, n)
+            for c in loop.body:
+                self._stmt(c)
+        self.env.pop(loop.var, None)
+        return True
 
     def _serial_loop(self, loop, start, end, metadata=None):
         """`for var in start..end` with the body's statements as scalars; `metadata`
@@ -313,7 +345,10 @@ class Codegen:
         # the last int says whether the function runs on a team (split the range by thread
         # number) or is called directly (the whole range: inside another team, thread
         # numbers are that team's)
-        ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts]
+        # constant strides (local and packed buffers) stay constants in the outlined
+        # function, so its vector loops know their steps at compile time
+        ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts
+                                                         if not isinstance(st, ir.Constant)]
         ints.append(ir.Constant(I64, 0))
         team_slot = len(ints) - 1
         ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
@@ -377,14 +412,16 @@ class Codegen:
         def load(base, k, ty):
             return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
         ctx_i, status = load(ctx, 0, PTR), load(ctx, 1, PTR)
-        n_ints = len(syms) + 2 + sum(len(sts) for _, (_, sts) in bufs)
+        n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
+                                     for _, (_, sts) in bufs for st in sts)
         on_team = b.icmp_signed("!=", load(ctx_i, n_ints, I64), ir.Constant(I64, 0))
         ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
         self.env = {sym: next(ints) for sym, _ in syms}
         start, extent = next(ints), next(ints)
         self.memory = {}
         for k, (buf, (_, sts)) in enumerate(bufs):
-            self.memory[buf] = (load(ctx, k + 2, PTR), [next(ints) for _ in sts])
+            self.memory[buf] = (load(ctx, k + 2, PTR), [st if isinstance(st, ir.Constant)
+                                                        else next(ints) for st in sts])
         self.temps = []
         self.fail_block = fn.append_basic_block("nomem")
         outside = _buffers_outside(self.kernel, loop)
@@ -493,6 +530,8 @@ class Codegen:
             for v in vals[1:]:
                 out = b.mul(out, v)
             return out
+        if isinstance(e, CeilDiv):
+            return b.neg(floor_div(b, b.neg(self.index(e.args[0])), self.index(e.args[1])))
         if isinstance(e, (sp.floor, sp.ceiling)):
             num, den = sp.fraction(sp.together(e.args[0]))      # den: a constant or a param
             d = self.index(den)

@@ -19,7 +19,7 @@ import numpy as np
 import sympy as sp
 
 from tex.errors import ShapeError
-from tex.expr import AutoParts
+from tex.expr import AutoParts, CeilDiv
 from tex.program import as_program
 
 from ...scheduler.ir import Scope
@@ -142,6 +142,8 @@ def pyexpr(e, names):
         if den != 1:
             raise NotImplementedError(f"size expression {e} is not an integer")
         return "(" + " * ".join(pyexpr(a, names) for a in e.args) + ")"
+    if isinstance(e, CeilDiv):
+        return f"(-((-{pyexpr(e.args[0], names)}) // {pyexpr(e.args[1], names)}))"
     if isinstance(e, (sp.floor, sp.ceiling)):
         num, den = sp.fraction(sp.together(e.args[0]))
         n, d = pyexpr(num, names), pyexpr(den, names)

@@ -108,7 +108,7 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Loop, LoopKind, Store, Update
+from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, Update
 from ...scheduler.stage import identity
 from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
                       type_suffix, value_type)
@@ -119,6 +119,9 @@ from .vector_plan import (access_key, affine_coefficient, dot_width, itemsize, l
 INT64_MAX = (1 << 63) - 1
 USE_VNNI = True          # int8 -> int32 sums by vpdpbusd where the host has it (tests turn it off)
 GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)
+
+
+STRAIGHT_VECTORS = 8       # a constant loop of at most this many vectors is emitted flat
 
 
 def _per_lane(e):
@@ -230,7 +233,7 @@ class VectorLoop:
                 self._vector(start, end)
             with other:
                 if not strided:
-                    cg._serial_loop(self.loop, start, end)
+                    self._scalar_loop(start, end)
                 else:
                     with b.if_else(unit_written) as (gather, scalar):
                         with gather:
@@ -238,7 +241,16 @@ class VectorLoop:
                             self._vector(start, end)
                             self.gathering = set()
                         with scalar:
-                            cg._serial_loop(self.loop, start, end)
+                            self._scalar_loop(start, end)
+
+    def _scalar_loop(self, start, end):
+        """The loop on scalars, for steps other than one. Over a register tile (a
+        LOCAL buffer moving with the loop) of constant extent it is straight-line code:
+        an access at a variable offset would keep the tile out of registers in the
+        vector version too."""
+        local = any(buf.scope is Scope.LOCAL for buf, _ in self.plan.moving)
+        if not (local and self.cg.straight_line(self.loop)):
+            self.cg._serial_loop(self.loop, start, end)
 
     def access_step(self, buf, index):
         """The step in elements of buf[index] when the loop variable grows by one: an int
@@ -250,13 +262,19 @@ class VectorLoop:
             if c.is_Integer:
                 return int(c)
         _, strides = cg.memory[buf]
-        step = None
+        step, known = None, 0           # the runtime part, and the part known now
         for ix, st in zip(index, strides):
             c = affine_coefficient(ix, self.var)
-            if c != 0:
-                term = cg.b.mul(cg.index(c), st)
-                step = term if step is None else cg.b.add(step, term)
-        return step
+            if c == 0:
+                continue
+            if c.is_Integer and isinstance(st, ir.Constant):
+                known += int(c) * int(st.constant)      # an output's unit last stride
+                continue
+            term = cg.b.mul(cg.index(c), st)
+            step = term if step is None else cg.b.add(step, term)
+        if step is None:
+            return known
+        return cg.b.add(step, ir.Constant(I64, known)) if known else step
 
     def _vector(self, start, end):
         cg, w = self.cg, self.w
@@ -279,6 +297,12 @@ class VectorLoop:
         extent = sp.sympify(self.loop.extent)
         if self.single and extent == w and not self.plan.increasing:
             self._chunk(start, None)            # exactly one vector
+        elif extent.is_Integer and not self.plan.increasing and \
+                int(extent) // w <= STRAIGHT_VECTORS:
+            # a few whole vectors (a register tile's row): straight-line code, so that
+            # the tile's local accumulator is promoted to registers early in the pipeline
+            for c in range(int(extent) // w):
+                self._chunk(b.add(start, ir.Constant(I64, c * w)), None)
         else:
             self._main_loop(first, main_end, w)
         self.phase = "rest"

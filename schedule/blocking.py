@@ -1,0 +1,130 @@
+"""The BLIS-style schedule of a contraction, written with the ordinary primitives.
+
+A contraction C[.., i, j] = sum_k f(A[.. i .. k ..], B[.. k .. j ..]) has an index j
+that only B reads (C's last index, so C's rows are written with vectors), an index i
+that only A reads, and a reduced index k that both read. Its blocked schedule
+(Goto's algorithm, as BLIS runs it) is
+
+    for batch..:                                   (indices both operands read)
+      for jc in N / NC:                            parallel
+        for kc in K / KC:                          reduction
+          pack B[kc-block, jc-block] -> B_pack[jr, k, jj]       (zero-padded micro-panels)
+          for ic in M / MC:                        parallel
+            pack A[ic-block, kc-block] -> A_pack[ir, k, ii]
+            for jr in NC / NR:
+              for ir in MC / MR:
+                for k in KC:                       the micro-kernel: MR x NR accumulators
+                  for ii in MR:                    unrolled   stay in vector registers,
+                    for jj in NR:                  vector     one FMA per register a step
+                      acc[ii, jj] += A_pack[ir, k, ii] * B_pack[jr, k, jj]
+                C[tile] += acc                     (guarded: the tile may pass M or N)
+
+Every line of it is a step of `s.history`: `block_contraction` only calls split,
+reorder, pack, unroll, vectorize and parallel, so a user can print it, replay it and
+change it. The register tile comes from the register file (MR rows of NR/W vectors,
+leaving registers for the B vectors and A's broadcast), KC from L1 (a B micro-panel
+and an A micro-panel fit it), MC from L2 (the packed A block fits half of it), NC from
+L3. The tiles of i and j are split with guard tails: the micro-kernel always runs
+whole MR x NR tiles over the zero padding of the packed panels, and only the write
+back to C checks the bounds, so tails cost no separate code path.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from tex.expr import Access, walk as walk_expr
+
+from . import host as host_info
+
+
+@dataclass(frozen=True)
+class Roles:
+    """Which index plays which part in a contraction (see the module docstring)."""
+    i: object           # an output index read by A only
+    j: object           # the last output index that only B reads
+    k: object           # the reduced index both operands read
+    a: object           # the tensor read with i (A)
+    b: object           # the tensor read with j (B)
+    batch: tuple        # output indices both operands read (loops outside the blocks)
+
+
+def contraction_roles(defn):
+    """The Roles of a sum of a product of two tensors' reads, or None."""
+    red = defn.reduction
+    if red is None or red.combiner != "sum" or len(defn.indices) < 2:
+        return None
+    reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
+    tensors = list(dict.fromkeys(n.tensor for n in reads))
+    if len(tensors) != 2:
+        return None
+
+    def readers(x):
+        return {n.tensor for n in reads
+                if x in set().union(*(sp.sympify(ix).free_symbols for ix in n.index))}
+    j = next((x for x in reversed(defn.indices) if len(readers(x)) == 1), None)
+    if j is None:
+        return None
+    (b,) = readers(j)
+    a = next(t for t in tensors if t is not b)
+    i = next((x for x in reversed(defn.indices) if x is not j and readers(x) == {a}), None)
+    k = next((x for x in reversed(red.over) if readers(x) == {a, b}), None)
+    if i is None or k is None:
+        return None
+    batch = tuple(x for x in defn.indices if x not in (i, j))
+    return Roles(i, j, k, a, b, batch)
+
+
+@dataclass(frozen=True)
+class Blocking:
+    mr: int             # register tile rows (unrolled)
+    nr: int             # register tile columns (a few vectors)
+    kc: int             # reduction block (L1)
+    mc: int             # rows of the packed A block (L2)
+    nc: int             # columns of the packed B block (L3)
+
+
+def default_blocking(dtype, operand_bytes):
+    """Block sizes for accumulators of `dtype` and operands of `operand_bytes` bytes an
+    element, from the host's vector registers and caches."""
+    bits = host_info.register_bits()
+    registers = 32 if bits == 512 else 16
+    lanes = host_info.lanes(dtype)
+    vectors = 4 if registers == 32 else 2            # NR / W
+    mr = (registers - vectors - 2) // vectors        # 6 on AVX-512 and on AVX2
+    nr = vectors * lanes
+    caches = host_info.cache_sizes()
+    l1, l2, l3 = caches.get(1, 32 << 10), caches.get(2, 512 << 10), caches.get(3, 8 << 20)
+    # a B micro-panel (kc x nr) and an A micro-panel (mr x kc) in about 3/4 of L1
+    kc = max(64, (3 * l1 // 4) // ((nr + mr) * operand_bytes) // 16 * 16)
+    # the packed A block (mc x kc) in half of L2, and at most 256 rows: the ic blocks
+    # are what the threads share, so a 1024-row matrix must give several of them
+    mc = max(mr, min(256, (l2 // 2) // (kc * operand_bytes)))
+    # the packed B block (kc x nc) in half of L3, a multiple of nr
+    nc = max(nr, (l3 // 2) // (kc * operand_bytes) // nr * nr)
+    return Blocking(mr, nr, kc, mc, nc)
+
+
+def block_contraction(stage, roles, blocking=None):
+    """Apply the blocked schedule (module docstring) to `stage` with the primitives."""
+    red = stage.definition.reduction
+    if blocking is None:
+        operand = max(np.dtype(roles.a.dtype).itemsize, np.dtype(roles.b.dtype).itemsize)
+        blocking = default_blocking(red.dtype, operand)
+    bl = blocking
+    jc, j1 = stage.split(roles.j, bl.nc)
+    jr, jj = stage.split(j1, bl.nr, tail="guard")
+    kc, k1 = stage.split(roles.k, bl.kc)
+    ic, i1 = stage.split(roles.i, bl.mc)
+    ir, ii = stage.split(i1, bl.mr, tail="guard")
+    others = [h for h in stage.loops if h.is_reduction and h.var not in (kc.var, k1.var)]
+    batch = [h for h in stage.loops
+             if not h.is_reduction and h.var not in {x.var for x in (jc, jr, jj, ic, ir, ii)}]
+    stage.reorder(*batch, jc, *others, kc, ic, jr, ir, k1, ii, jj)
+    stage.pack(roles.b, kc, layout="loops")
+    stage.pack(roles.a, ic, layout="loops")
+    stage.unroll(ii)
+    stage.vectorize(jj, tail="mask")
+    for loop in batch[:1] + [jc, ic]:
+        stage.parallel(loop)
+    return bl

@@ -63,15 +63,25 @@ def auto_schedule(sched):
 
 def _auto_blocked(stage):
     """Contractions (matmul and every einsum that is one) get the BLIS-style blocked
-    schedule of schedule/blocking.py, when their sum may be reassociated."""
-    from .blocking import block_contraction, contraction_roles
-    roles = contraction_roles(stage.definition)
+    schedule of schedule/blocking.py, when their sum may be reassociated. When the
+    blocks of the output are too few for the threads (123 x 456 from K = 51234), the
+    reduction is split first, into a call-time number of parts (AUTO_PARTS, with the
+    blocks as the rows): one part is the output itself, so shapes with blocks enough
+    pay nothing for it."""
+    from .blocking import (block_contraction, contraction_roles, default_blocking,
+                           operand_bytes, parallel_blocks)
+    d = stage.definition
+    roles = contraction_roles(d)
     if roles is None:
         return False
-    red = stage.definition.reduction
+    red = d.reduction
     if red.dtype.kind == "f" and not stage.state.fast_math:
         return False
-    block_contraction(stage, roles)
+    blocking = default_blocking(red.dtype, operand_bytes(roles))
+    parts = AutoParts(f"{d.name}_parts", parallel_blocks(d, roles, blocking),
+                      d.extents[roles.k])
+    _, k_loop = stage.split_k(roles.k, parts)
+    block_contraction(stage, roles, blocking, k_loop)
     return True
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from tex.expr import Access, walk as walk_expr
+from tex.expr import Access, CeilDiv, walk as walk_expr
 
 from . import host as host_info
 
@@ -75,11 +75,24 @@ def contraction_roles(defn):
     return Roles(i, j, k, a, b, batch)
 
 
+def operand_bytes(roles):
+    return max(np.dtype(roles.a.dtype).itemsize, np.dtype(roles.b.dtype).itemsize)
+
+
+def parallel_blocks(defn, roles, blocking):
+    """How many blocks the threads share: the batch, and the ic and jc blocks."""
+    blocks = CeilDiv(defn.extents[roles.i], blocking.mc) * \
+        CeilDiv(defn.extents[roles.j], blocking.nc)
+    for x in roles.batch:
+        blocks = blocks * defn.extents[x]
+    return blocks
+
+
 @dataclass(frozen=True)
 class Blocking:
     mr: int             # register tile rows (unrolled)
     nr: int             # register tile columns (a few vectors)
-    kc: int             # reduction block (L1)
+    kc: int             # reduction block (L2)
     mc: int             # rows of the packed A block (L2)
     nc: int             # columns of the packed B block (L3)
 
@@ -94,33 +107,40 @@ def default_blocking(dtype, operand_bytes):
     mr = (registers - vectors - 2) // vectors        # 6 on AVX-512 and on AVX2
     nr = vectors * lanes
     caches = host_info.cache_sizes()
-    l1, l2, l3 = caches.get(1, 32 << 10), caches.get(2, 512 << 10), caches.get(3, 8 << 20)
-    # a B micro-panel (kc x nr) and an A micro-panel (mr x kc) in about 3/4 of L1
-    kc = max(64, (3 * l1 // 4) // ((nr + mr) * operand_bytes) // 16 * 16)
-    # the packed A block (mc x kc) in half of L2, and at most 256 rows: the ic blocks
-    # are what the threads share, so a 1024-row matrix must give several of them
-    mc = max(mr, min(256, (l2 // 2) // (kc * operand_bytes)))
-    # the packed B block (kc x nc) in half of L3, a multiple of nr
-    nc = max(nr, (l3 // 2) // (kc * operand_bytes) // nr * nr)
+    l2, l3 = caches.get(2, 512 << 10), caches.get(3, 8 << 20)
+    # A B micro-panel (kc x nr) in a quarter of L2: the micro-kernel streams it from
+    # L2 while A's micro-panel sits in L1. A long kc matters most: every kc block
+    # reads and writes the output tile once more (measured on a 1 MiB-L2 Zen 5, 1024
+    # and 2048 matmuls ran 25% faster with kc = 1024 than with an L1-sized kc = 256).
+    kc = max(64, (l2 // 4) // (nr * operand_bytes) // 64 * 64)
+    # the packed A block (mc x kc) in another quarter of L2
+    mc = max(mr, (l2 // 4) // (kc * operand_bytes))
+    # the packed B block (kc x nc) in half of L3, a multiple of nr, at most 4096 wide
+    # (a larger packed buffer costs page faults on every call)
+    nc = max(nr, min(4096, (l3 // 2) // (kc * operand_bytes)) // nr * nr)
     return Blocking(mr, nr, kc, mc, nc)
 
 
-def block_contraction(stage, roles, blocking=None):
-    """Apply the blocked schedule (module docstring) to `stage` with the primitives."""
+def block_contraction(stage, roles, blocking=None, k_loop=None):
+    """Apply the blocked schedule (module docstring) to `stage` with the primitives.
+    `k_loop` is the loop of k to block when k was split before (the chunk loop of a
+    split_k, whose parts loop then stays outermost)."""
     red = stage.definition.reduction
     if blocking is None:
-        operand = max(np.dtype(roles.a.dtype).itemsize, np.dtype(roles.b.dtype).itemsize)
-        blocking = default_blocking(red.dtype, operand)
+        blocking = default_blocking(red.dtype, operand_bytes(roles))
     bl = blocking
     jc, j1 = stage.split(roles.j, bl.nc)
     jr, jj = stage.split(j1, bl.nr, tail="guard")
-    kc, k1 = stage.split(roles.k, bl.kc)
+    kc, k1 = stage.split(roles.k if k_loop is None else k_loop, bl.kc)
     ic, i1 = stage.split(roles.i, bl.mc)
     ir, ii = stage.split(i1, bl.mr, tail="guard")
-    others = [h for h in stage.loops if h.is_reduction and h.var not in (kc.var, k1.var)]
+    private = stage.state.private
+    parts = [h for h in stage.loops if h.var is private]
+    others = [h for h in stage.loops if h.is_reduction and h.var is not private and
+              h.var not in (kc.var, k1.var)]
     batch = [h for h in stage.loops
              if not h.is_reduction and h.var not in {x.var for x in (jc, jr, jj, ic, ir, ii)}]
-    stage.reorder(*batch, jc, *others, kc, ic, jr, ir, k1, ii, jj)
+    stage.reorder(*parts, *batch, jc, *others, kc, ic, jr, ir, k1, ii, jj)
     stage.pack(roles.b, kc, layout="loops")
     stage.pack(roles.a, ic, layout="loops")
     stage.unroll(ii)

@@ -46,11 +46,14 @@ class Node:
 
 @dataclass(frozen=True, eq=False)
 class Buffer:
-    """Memory a statement reads or writes. Identity by object."""
+    """Memory a statement reads or writes. Identity by object. A TEMP buffer with an
+    `alias` is that buffer (an output) whenever its first dimension is 1 at run time:
+    a split-K partial with one part is the result itself, with no copy to merge."""
     name: str
     shape: tuple
     dtype: np.dtype
     scope: Scope
+    alias: object = None
 
     @property
     def ndim(self):

@@ -149,7 +149,7 @@ def lower_stage(state, buffers, states=None):
     elif state.private is None:
         body = _reduction_nest(state, value, out_buf, out_index, padded=padded)
     else:
-        body = _privatized(state, value, out_buf, out_index)
+        body = _privatized(state, value, out_buf, out_index, padded)
     for at, local, stmts in inserts:
         body = tuple(map_nest(s, _insert_at(at, local, stmts)) for s in body)
     return Stage(d, body)
@@ -294,7 +294,7 @@ def _reads(node, buf):
     return False
 
 
-def _privatized(state, value, out_buf, out_index):
+def _privatized(state, value, out_buf, out_index, padded=frozenset()):
     """The reduction into private partials, then their merge. When every output loop is
     outside the reduction loops, the partials are a small local array per output
     element, merged right after the reduction loops (with the private loop vectorized,
@@ -326,7 +326,9 @@ def _privatized(state, value, out_buf, out_index):
     local = all(a.reduction for a in state.axes[start:])   # no output loop inside them
     shape = (parts,) if local else (parts,) + out_buf.shape
     scope = Scope.LOCAL if local else Scope.TEMP
-    part = Buffer(f"{d.name}_part", shape, part_dtype, scope)
+    # with one part (a call-time part count of 1), the partial is the output itself
+    alias = out_buf if not local and not arg and part_dtype == out_buf.dtype else None
+    part = Buffer(f"{d.name}_part", shape, part_dtype, scope, alias)
     part_pos = Buffer(f"{d.name}_part_pos", shape, np.dtype("int64"), scope) if arg else None
     part_index = (p,) if local else (p,) + out_index
     q = Index(p.name)
@@ -340,11 +342,15 @@ def _privatized(state, value, out_buf, out_index):
         return _reduction_nest(state, value, part_pos if arg else part, part_index,
                                values_to=part if arg else None, after=merge, split_at=start)
     partial = _reduction_nest(state, value, part_pos if arg else part, part_index,
-                              values_to=part if arg else None)
+                              values_to=part if arg else None, padded=padded)
     extents = [d.extents[x] for x in d.indices]
     for n in reversed(range(len(merge_index))):
         kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
         merge = (Loop(merge_index[n], extents[n], merge, kind),)
+    if alias is not None:
+        several = sp.StrictGreaterThan(parts, 1)
+        merge = () if several is sp.false else \
+            merge if several is sp.true else (Guard(several, merge),)
     return partial + merge
 
 

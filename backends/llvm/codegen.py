@@ -143,7 +143,8 @@ class Codegen:
         for buf in self.buffers:
             if buf.scope is Scope.LOCAL and id(buf) not in scoped:
                 self._alloca(buf)
-        for buf in self.buffers:
+        # a partial that may be its output (alias) comes after the output's memory
+        for buf in sorted(self.buffers, key=lambda b: b.alias is not None):
             if buf.scope is Scope.TEMP and id(buf) not in scoped:
                 self._malloc(buf, stack_ok=True)
         for stmt in k.body:
@@ -184,6 +185,10 @@ class Codegen:
         memory is taken on the first run and reused after; its size must not change."""
         strides, count = self._contiguous_strides(buf.shape)
         nbytes = self.b.mul(count, ir.Constant(I64, np.dtype(buf.dtype).itemsize))
+        single = None
+        if buf.alias is not None:        # one part: the output itself, nothing to allocate
+            single = self.b.icmp_signed("==", self.index(buf.shape[0]), ir.Constant(I64, 1))
+            nbytes = self.b.select(single, ir.Constant(I64, 0), nbytes)
         nbytes = self.b.add(nbytes, ir.Constant(I64, 64))       # never 0; room to round up
         nbytes = self.b.and_(nbytes, ir.Constant(I64, ~63))
         slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")    # the heap pointer, or null
@@ -215,7 +220,20 @@ class Codegen:
         ok = self.fn.append_basic_block(f"{buf.name}.ok")
         self.b.cbranch(self.b.icmp_unsigned("==", ptr, null), self.fail_block, ok)
         self.b.position_at_end(ok)
+        if single is not None:
+            out_ptr, out_strides = self.memory[buf.alias]
+            ptr = self.b.select(single, out_ptr, ptr)
+            strides = [self._either(single, a, b)
+                       for a, b in zip([ir.Constant(I64, 0)] + list(out_strides), strides)]
         self.memory[buf] = (ptr, strides)
+
+    def _either(self, cond, a, b):
+        """select(cond, a, b) for i64 values, folded when both are the same constant (a
+        unit last stride must stay a compile-time constant for the vector code)."""
+        if isinstance(a, ir.Constant) and isinstance(b, ir.Constant) and \
+                a.constant == b.constant:
+            return a
+        return self.b.select(cond, a, b)
 
     def _free_temps(self):
         free = self._extern("free", ir.VoidType(), [PTR])

@@ -125,14 +125,26 @@ def calls_per_sample(fn, min_sample_s):
         calls = max(2 * calls, int(1.2 * min_sample_s / max(per_call, 1e-9)))
 
 
+# OpenBLAS's worker threads spin for about 110 ms after each call before they sleep
+# (measured here from /proc); on a 2-core machine they take a core from whatever runs next (measured:
+# a 2-thread tex matmul at 199 GFLOP/s right after numpy, 314 after a pause). tex's
+# threads sleep at once (OMP_WAIT_POLICY=PASSIVE). With more than one thread each
+# sample therefore starts after this pause, so neither library runs against the other's
+# leftover threads.
+SETTLE_S = 0.25
+
+
 def interleave(tex_fn, numpy_fn, rounds, min_sample_s=0.002):
     """Median seconds per call of each, sampled alternately (t, n, t, n, ...)."""
     n_tex = calls_per_sample(tex_fn, min_sample_s)
     n_np = calls_per_sample(numpy_fn, min_sample_s)
+    settle = SETTLE_S if tex.get_num_threads() > 1 else 0.0
     tex_samples, np_samples = [], []
     with _gc_paused():
         for _ in range(rounds):
+            time.sleep(settle)
             tex_samples.append(time_per_call(tex_fn, n_tex))
+            time.sleep(settle)
             np_samples.append(time_per_call(numpy_fn, n_np))
     return statistics.median(tex_samples), statistics.median(np_samples)
 
@@ -483,6 +495,9 @@ def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
     f = tex.compile(tex.compute("C", (i, j), tex.sum(body, over=kk, dtype=acc)))
     rng = _rng()
     a, b = _operand(rng, (m, k), dtype), _operand(rng, (k, n), dtype)
+    # samples of at least 200 ms: the first calls after a pause (threads asleep, clocks
+    # down) are slower, for both libraries
+    opts = Options(**{**vars(opts), "min_sample_s": max(opts.min_sample_s, 0.2)})
     if max_repeat:
         opts = Options(**{**vars(opts), "repeat": min(opts.repeat, max_repeat)})
     result = compare(partial(f, a, b), partial(numpy_fn, a, b), opts,

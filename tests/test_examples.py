@@ -27,3 +27,13 @@ def test_innermost_reduction_example_small():
     assert "S_acc += S_part[ji_1]" in out                   # one horizontal reduction
     assert "fast_math=False" in out and "numpy a.sum(axis=1)" in out
     assert "innermost_reduction: all results match numpy" in out
+
+
+def test_matmul_example_small():
+    run = subprocess.run([sys.executable, str(EXAMPLES / "matmul.py"), "--small"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "the same loop nest as the auto schedule: True" in out
+    assert "B_pack[jio, kii_2, jii]" in out and "C_acc[iii, jii] +=" in out
+    assert "matmul: all results match numpy" in out

@@ -59,11 +59,14 @@ def schedules(draw):
         if not loops:
             break
         prim = draw(st.sampled_from(["split", "split", "reorder", "parallel", "unroll",
-                                     "split_k", "privatize", "pack"]))
+                                     "split_k", "privatize", "pack", "vectorize"]))
         loop = draw(st.sampled_from(loops))
         try:
             if prim == "pack":
-                stage.pack(draw(st.sampled_from(stage.definition.reads())), at=loop)
+                stage.pack(draw(st.sampled_from(stage.definition.reads())), at=loop,
+                           layout=draw(st.sampled_from(["box", "loops"])))
+            elif prim == "vectorize":
+                stage.vectorize(loops[-1], tail=draw(st.sampled_from(["peel", "mask"])))
             elif prim == "split_k":
                 parts = draw(st.sampled_from([1, 2, 3, 7, 100, tex.param("P")]))
                 stage.split_k(loop, parts)
@@ -89,8 +92,9 @@ def schedules(draw):
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schedules(), st.integers(0, 2**31))
 def test_random_schedules_match_reference(case, seed):
-    """At least 500 (program, schedule) pairs a run: splits with both tails, reorders,
-    parallel loops, split_k with every combiner (fixed and call-time P), privatize."""
+    """At least 500 (program, schedule) pairs a run: splits with every tail, reorders,
+    parallel, unrolled and vector loops, split_k with every combiner (fixed and
+    call-time P), privatize, packs of both layouts, fusion."""
     name, s, sizes, params = case
     program = s.program
     f = tex.compile(s)
@@ -203,12 +207,13 @@ for ko in 0..P:  # parallel
       for ki in 0..Min(K - ko*ceiling(K/P), ceiling(K/P)):  # reduction
         C_acc += (A[i, ki + ko*ceiling(K/P)] * B[ki + ko*ceiling(K/P), j])
       C_part[ko, i, j] = C_acc
-for i_1 in 0..M:  # parallel
-  for j_1 in 0..N:
-    C_acc = 0.0
-    for ko_1 in 0..P:  # reduction
-      C_acc += C_part[ko_1, i_1, j_1]
-    C[i_1, j_1] = C_acc"""
+if P > 1:
+  for i_1 in 0..M:  # parallel
+    for j_1 in 0..N:
+      C_acc = 0.0
+      for ko_1 in 0..P:  # reduction
+        C_acc += C_part[ko_1, i_1, j_1]
+      C[i_1, j_1] = C_acc"""
 
 
 def test_golden_split_k_with_call_time_parts():

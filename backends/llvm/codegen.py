@@ -90,8 +90,15 @@ class Codegen:
                 st = b.load(b.gep(sptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
                 if pos >= len(self.kernel.inputs) and axis == buf.ndim - 1:
                     # outputs are written along their last axis with unit stride (the
-                    # body assumes it); another view is retried on a contiguous copy
-                    ok = b.and_(ok, b.icmp_signed("==", st, ir.Constant(I64, size)))
+                    # body assumes it); another view is retried on a contiguous copy.
+                    # The stride does not matter when the axis has one element or the
+                    # array none (numpy gives empty arrays zero strides).
+                    unit = b.icmp_signed("==", st, ir.Constant(I64, size))
+                    for d in range(buf.ndim):
+                        n = dims[pos, d]()
+                        few = ir.Constant(I64, 1 if d == axis else 0)
+                        unit = b.or_(unit, b.icmp_signed("<=", n, few))
+                    ok = b.and_(ok, unit)
                 if size > 1:
                     rem = b.srem(st, ir.Constant(I64, size))
                     ok = b.and_(ok, b.icmp_signed("==", rem, ir.Constant(I64, 0)))

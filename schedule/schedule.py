@@ -124,7 +124,11 @@ class StageHandle:
 
     @state.setter
     def state(self, value):
-        if value.packs or value.hosted:
+        old = self.sched._states[self.definition]
+        same_nest = [(a.var, a.extent) for a in old.axes] == \
+            [(a.var, a.extent) for a in value.axes] and old.packs == value.packs and \
+            old.hosted == value.hosted and old.private is value.private
+        if (value.packs or value.hosted) and not same_nest:
             # the boxes of local copies depend on the loop order: refuse a state that
             # no longer lowers (the error names the primitive and the tensor)
             lower_stage(value, self.sched._buffers(), self.sched._states)

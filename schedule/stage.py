@@ -196,6 +196,18 @@ def _local_scope(shape, dtype):
     return Scope.LOCAL if small else Scope.TEMP
 
 
+def _never_negative(ix):
+    """An index that is a sum of loop variables with non-negative constant coefficients
+    and a non-negative constant."""
+    terms = sp.Add.make_args(sp.expand(ix))
+    for t in terms:
+        coeff, rest = t.as_coeff_Mul()
+        if coeff < 0 or not (rest == 1 or isinstance(rest, Index) or
+                             (rest.is_Symbol and rest.is_nonnegative)):
+            return False
+    return True
+
+
 def _panel_copy(state, value, buf, inner_axes):
     """pack(layout="loops"): (local buffer, copy statements, value reading the copy).
     The copy has a dimension for each loop of `inner_axes` that the read of `buf` uses,
@@ -226,12 +238,22 @@ def _panel_copy(state, value, buf, inner_axes):
     where = tuple(a.var for a in dims)
     fresh = {v: Index(v.name) for v in where}      # the copy's own loop variables
     src = Access(buf, [sp.sympify(ix).xreplace(fresh) for ix in read.index])
-    bounds = [c for ix, n in zip(src.index, buf.shape)
-              for c in (sp.GreaterThan(ix, 0), sp.StrictLessThan(ix, n))]
+    # Only a dimension whose index moves with a guarded loop (a guard-tailed split runs
+    # past the tensor) can leave it: every other iteration is one of the definition's
+    # own, which stay inside. Built unevaluated: sympy's assumption queries on every
+    # relation cost more than the rest of the schedule.
+    guarded = set().union(*(g.free_symbols for g in state.guards)) & set(state_vars(state))
+    bounds = []
+    for ix, sx, n in zip(src.index, read.index, buf.shape):
+        if not sp.sympify(sx).free_symbols & guarded:
+            continue
+        if not _never_negative(ix):
+            bounds.append(sp.GreaterThan(ix, 0, evaluate=False))
+        bounds.append(sp.StrictLessThan(ix, n, evaluate=False))
     inside = sp.And(*bounds)
     dst = tuple(fresh[v] for v in where)
-    stores = [Guard(inside, (Store(local, dst, src),))]
-    if inside is not sp.true:
+    stores = [Guard(inside, (Store(local, dst, src),))] if bounds else [Store(local, dst, src)]
+    if bounds:
         outside = sp.Or(*[sp.Not(c) for c in bounds])
         stores.append(Guard(outside, (Store(local, dst, Const(0, buf.dtype)),)))
     # the innermost copy loop is a vector loop when the stage's own loop is the

@@ -213,18 +213,18 @@ for ko in 0..C_parts:  # parallel
       for jio_1 in 0..ceiling((1024 - 4096*jo)/64):
         for kii in 0..Min(1024, -1024*kio + Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))):
           for jii_1 in 0..64:  # vector (mask tail)
-            if (jii_1 + 64*jio_1 + 4096*jo < 1024) & (kii + 1024*kio + ko*ceiling(1024/C_parts) < 1024):
+            if jii_1 + 64*jio_1 + 4096*jo < 1024:
               B_pack[jio_1, kii, jii_1] = B[kii + 1024*kio + ko*ceiling(1024/C_parts), jii_1 + 64*jio_1 + 4096*jo]
-            if (jii_1 + 64*jio_1 + 4096*jo >= 1024) | (kii + 1024*kio + ko*ceiling(1024/C_parts) >= 1024):
+            if jii_1 + 64*jio_1 + 4096*jo >= 1024:
               B_pack[jio_1, kii, jii_1] = 0.0
       for io in 0..16:  # parallel
         alloc A_pack[11, 1024, 6]: float32  # temp
         for iio_1 in 0..11:
           for kii_1 in 0..Min(1024, -1024*kio + Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))):
             for iii_1 in 0..6:  # unrolled
-              if (iii_1 + 6*iio_1 + 64*io < 1024) & (kii_1 + 1024*kio + ko*ceiling(1024/C_parts) < 1024):
+              if iii_1 + 6*iio_1 + 64*io < 1024:
                 A_pack[iio_1, kii_1, iii_1] = A[iii_1 + 6*iio_1 + 64*io, kii_1 + 1024*kio + ko*ceiling(1024/C_parts)]
-              if (iii_1 + 6*iio_1 + 64*io >= 1024) | (kii_1 + 1024*kio + ko*ceiling(1024/C_parts) >= 1024):
+              if iii_1 + 6*iio_1 + 64*io >= 1024:
                 A_pack[iio_1, kii_1, iii_1] = 0.0
         for jio in 0..ceiling((1024 - 4096*jo)/64):
           for iio in 0..11:

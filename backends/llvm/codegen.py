@@ -59,6 +59,7 @@ class Codegen:
         self.module = ir.Module(name=name)
         self.buffers = _kernel_buffers(kernel)
         self.contract = False  # set while emitting a fast-math reduction's value
+        self._block_values = {}  # _reuse: key -> (basic block, value)
         self.lanes = None      # while vector.py emits <lanes x T> values: intrinsics take .vN
 
     # ------------------------------------------------------------ entry point
@@ -509,8 +510,34 @@ class Codegen:
             self.contract = False
 
     # ------------------------------------------------------------ memory
+    def _reuse(self, key, make):
+        """make(), or the value an identical `key` made earlier in the current basic
+        block (which dominates here). Keys hold the values of the variables they read,
+        so a rebound loop variable (an unrolled copy, the next vector chunk) misses.
+        The straight-line micro-kernel and its write-back repeat the same index
+        arithmetic for every row and vector; emitting it once keeps the IR (and LLVM's
+        time on it) small."""
+        block = self.b.block
+        hit = self._block_values.get(key)
+        if hit is not None and hit[0] is block:
+            return hit[1]
+        value = make()
+        self._block_values[key] = (self.b.block, value)
+        return value
+
+    def _bound(self, exprs):
+        """The current values of the symbols `exprs` read, for a `_reuse` key."""
+        syms = set().union(*(sp.sympify(e).free_symbols for e in exprs))
+        return tuple(sorted(((s.name, id(s), self.env.get(s)) for s in syms),
+                            key=lambda t: (t[0], t[1])))
+
     def address(self, buf, index):
         base, strides = self.memory[buf]
+        return self._reuse(("address", buf, base, tuple(strides), tuple(index),
+                            self._bound(index)),
+                           lambda: self._address(buf, base, strides, index))
+
+    def _address(self, buf, base, strides, index):
         offset = None
         for ix, st in zip(index, strides):
             term = self.b.mul(self.index(ix), st)
@@ -535,11 +562,14 @@ class Codegen:
     def index(self, e):
         """An affine sympy expression (sizes, params, loop variables) as an i64 value."""
         e = sp.sympify(e)
-        b = self.b
         if e.is_Integer:
             return ir.Constant(I64, int(e))
         if e.is_Symbol:
             return self.env[e]
+        return self._reuse(("index", e, self._bound([e])), lambda: self._index(e))
+
+    def _index(self, e):
+        b = self.b
         if isinstance(e, sp.Add):
             vals = [self.index(a) for a in e.args]
             out = vals[0]

@@ -479,6 +479,15 @@ def _operand(rng, shape, dtype):
     return rng.integers(-128, 128, shape, dtype=dtype)
 
 
+def _matmul_options(opts, max_repeat=None):
+    """Samples of at least 200 ms (the first calls after a pause, with threads asleep
+    and clocks down, are slower for both libraries), at most `max_repeat` rounds."""
+    opts = Options(**{**vars(opts), "min_sample_s": max(opts.min_sample_s, 0.2)})
+    if max_repeat:
+        opts = Options(**{**vars(opts), "repeat": min(opts.repeat, max_repeat)})
+    return opts
+
+
 def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
     """C[m x n] = A[m x k] @ B[k x n] in index notation with the auto schedule vs
     np.matmul; `acc`: products and sum in that dtype (numpy: both operands cast first)."""
@@ -495,13 +504,8 @@ def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
     f = tex.compile(tex.compute("C", (i, j), tex.sum(body, over=kk, dtype=acc)))
     rng = _rng()
     a, b = _operand(rng, (m, k), dtype), _operand(rng, (k, n), dtype)
-    # samples of at least 200 ms: the first calls after a pause (threads asleep, clocks
-    # down) are slower, for both libraries
-    opts = Options(**{**vars(opts), "min_sample_s": max(opts.min_sample_s, 0.2)})
-    if max_repeat:
-        opts = Options(**{**vars(opts), "repeat": min(opts.repeat, max_repeat)})
-    result = compare(partial(f, a, b), partial(numpy_fn, a, b), opts,
-                     unit="GFLOP/s", work=2 * m * n * k)
+    result = compare(partial(f, a, b), partial(numpy_fn, a, b),
+                     _matmul_options(opts, max_repeat), unit="GFLOP/s", work=2 * m * n * k)
     return _peak_notes(result, dtype)
 
 
@@ -539,7 +543,7 @@ def batched_bmk_bkn_32x128x128x128(opts):
     rng = _rng()
     a, b = (rng.standard_normal((32, 128, 128), dtype=np.float32) for _ in range(2))
     result = compare(partial(tex.einsum, "bmk,bkn->bmn", a, b), partial(np.matmul, a, b),
-                     opts, unit="GFLOP/s", work=2 * 32 * 128**3)
+                     _matmul_options(opts), unit="GFLOP/s", work=2 * 32 * 128**3)
     return _peak_notes(result, np.float32)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace as dc_replace
 
 import numpy as np
 import sympy as sp
+from sympy.printing.str import StrPrinter
 
 
 class LoopKind(enum.Enum):
@@ -173,3 +174,91 @@ def buffers_of(node):
         elif isinstance(n, Allocate):
             seen.setdefault(id(n.buffer), n.buffer)
     return list(seen.values())
+
+
+def structure_key(kernel):
+    """A text that two kernels share exactly when they are the same loop nest: every
+    statement, loop (kind, tail, extent), buffer (shape, dtype, scope, alias) and value,
+    with loop variables and buffers named by their first appearance (identity, not
+    their display names, tells them apart). Code generation is a function of this
+    text (and the code generator), so it keys the compiled-object cache without
+    generating any IR."""
+    from tex.expr import Access, Const, IndexValue, Op
+    names = {}
+
+    def name(obj, prefix):
+        if id(obj) not in names:
+            names[id(obj)] = (f"{prefix}{len(names)}", obj)    # keep obj alive: ids stay unique
+        return names[id(obj)][0]
+
+    class Printer(StrPrinter):
+        """Loop variables by their canonical names; nothing is rebuilt (sympy would
+        re-evaluate every Min and relation of a rebuilt expression)."""
+        printmethod = "_structure_key"     # not the classes' own _sympystr
+
+        def _print_Symbol(self, e):
+            if e.__class__.__name__ == "Index":
+                return name(e, "v")
+            return f"{e.__class__.__name__}:{e.name}"
+        _print_Dummy = _print_Symbol
+
+        def _print_CeilDiv(self, e):
+            return f"CeilDiv({self._print(e.args[0])}, {self._print(e.args[1])})"
+
+    printer = Printer()
+
+    def sym(e):
+        return printer.doprint(sp.sympify(e))
+
+    def buf(b):
+        if id(b) not in names:
+            alias = buf(b.alias) if b.alias is not None else None
+            shape = [sym(d) for d in b.shape]
+            name(b, "b")
+            out.append(f"buffer {names[id(b)][0]} {b.name} {shape} {b.dtype.str} "
+                       f"{b.scope.value} {alias}")
+        return names[id(b)][0]
+
+    def value(e):
+        if isinstance(e, Const):
+            return f"Const({e.value!r}, {e.dtype.str}, {e.weak})"
+        if isinstance(e, Access):
+            return f"{buf(e.tensor)}[{', '.join(sym(i) for i in e.index)}]"
+        if isinstance(e, IndexValue):
+            return f"IndexValue({sym(e.expr)})"
+        if isinstance(e, Op):
+            return f"{e.name}:{e.dtype.str}({', '.join(value(a) for a in e.args)})"
+        raise TypeError(f"structure_key: value {e!r}")
+
+    out = []
+
+    def node(n, depth):
+        pad = " " * depth
+        if isinstance(n, Loop):
+            out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
+                       f"{sym(n.extent)} {n.kind.value} {n.tail} {n.reduction}")
+        elif isinstance(n, Guard):
+            out.append(f"{pad}guard {sym(n.cond)}")
+        elif isinstance(n, Allocate):
+            out.append(f"{pad}allocate {buf(n.buffer)}")
+        elif isinstance(n, Store):
+            out.append(f"{pad}store {buf(n.buffer)}[{', '.join(sym(i) for i in n.index)}] = "
+                       f"{value(n.value)}")
+        elif isinstance(n, Update):
+            arg = "" if n.arg is None else (f" arg {buf(n.arg.buffer)}"
+                                            f"[{', '.join(sym(i) for i in n.arg.index)}] "
+                                            f"{value(n.arg.position)}")
+            out.append(f"{pad}update {buf(n.buffer)}[{', '.join(sym(i) for i in n.index)}] "
+                       f"{n.combiner} {n.fast_math} {value(n.value)}{arg}")
+        elif isinstance(n, Stage):
+            out.append(f"{pad}stage {n.definition.name}")
+        for c in children(n):
+            node(c, depth + 1)
+
+    for b in kernel.inputs + kernel.outputs:
+        buf(b)
+    out.append(f"sizes {[str(s) for s in kernel.sizes]} params {[str(p) for p in kernel.params]}")
+    out.append(f"bindings {sorted((str(k), v) for k, v in kernel.bindings.items())}")
+    for stage in kernel.body:
+        node(stage, 0)
+    return "\n".join(out)

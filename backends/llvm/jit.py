@@ -1,9 +1,11 @@
 """From LLVM IR text to a callable address: optimize, emit an object, cache it, load it.
 
-Every kernel takes one path: IR text -> (disk cache | O3 + codegen) -> object bytes ->
-an MCJIT engine of its own -> function address. The cache key covers everything that
-changes the machine code: the IR text, the llvmlite and LLVM versions, the host CPU
-name and features, and tex's codegen version. A cache file holds a magic header, the
+Every kernel takes one path: key -> (memory | disk cache | IR -> O3 + codegen) ->
+object bytes -> an MCJIT engine of its own -> function address. The key covers
+everything that changes the machine code: the kernel's loop nest (its structure_key
+text, from which code generation is deterministic, so a cached kernel never generates
+IR), the entry symbol and fast-math flag, the code generator's own source, the llvmlite
+and LLVM versions, and the host CPU name and features. A cache file holds a magic header, the
 payload's length and SHA-256, then the object bytes; a file that fails any check is
 recompiled and rewritten. Writes go to a temporary file in the same folder and are
 renamed into place, so concurrent writers never leave a torn file.
@@ -22,7 +24,22 @@ import threading
 import llvmlite
 import llvmlite.binding as llvm
 
-CODEGEN_VERSION = "tex-codegen-1"
+CODEGEN_VERSION = "tex-codegen-2"
+
+
+def _codegen_source_hash():
+    """The code generator's source (this folder's modules): a change to it changes the
+    IR a loop nest turns into, so it is part of every cache key."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read())
+    return h.hexdigest()[:16]
+
+
+CODEGEN_SOURCE = _codegen_source_hash()
 MAGIC = b"TEXOBJ1\n"
 STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt"
 _lock = threading.Lock()
@@ -67,7 +84,7 @@ class Host:
 
     @property
     def fingerprint(self):
-        return "|".join([CODEGEN_VERSION, llvmlite.__version__,
+        return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
                          ".".join(map(str, llvm.llvm_version_info)), self.cpu, self.features])
 
 
@@ -79,9 +96,10 @@ def cache_dir():
     return os.path.join(base, "tex")
 
 
-def cache_key(ir_text):
+def cache_key(text):
+    """The cache key of a kernel described by `text` (see the module docstring)."""
     host = Host.get()
-    return hashlib.sha256((host.fingerprint + "\n" + ir_text).encode()).hexdigest()
+    return hashlib.sha256((host.fingerprint + "\n" + text).encode()).hexdigest()
 
 
 def optimized_module(ir_text):
@@ -152,10 +170,11 @@ def write_cached(key, obj):
             pass
 
 
-def load(ir_text, symbol):
-    """The address of `symbol` in the compiled IR, compiling only on a cache miss.
+def load(text, symbol, make_ir=None):
+    """The address of `symbol` in the kernel described by `text`, compiling only on a
+    cache miss: `make_ir()` gives the LLVM IR then (default: `text` is the IR).
     Returns (address, engine); keep the engine alive as long as the address is used."""
-    key = cache_key(ir_text)
+    key = cache_key(text)
     with _lock:
         hit = _memory.get(key)
         if hit is not None:
@@ -163,7 +182,7 @@ def load(ir_text, symbol):
             return hit[1], hit[0]
         obj = read_cached(key)
         if obj is None:
-            obj = compile_object(ir_text)
+            obj = compile_object(make_ir() if make_ir is not None else text)
             write_cached(key, obj)
         else:
             STATS["disk_hits"] += 1

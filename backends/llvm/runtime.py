@@ -22,7 +22,7 @@ from tex.errors import ShapeError
 from tex.expr import AutoParts, CeilDiv
 from tex.program import as_program
 
-from ...scheduler.ir import Scope
+from ...scheduler.ir import Scope, structure_key
 from ...scheduler.printer import format_nest
 from . import codegen, jit
 
@@ -68,19 +68,24 @@ def compile(target, fast_math=True, name=None):
     kernel = sched.kernel()
     program = sched.program
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
-    module = codegen.build(kernel, symbol, fast_math)
-    ir_text = str(module)
-    address, engine = jit.load(ir_text, symbol)
-    return CompiledFunction(program, kernel, ir_text, symbol, address, engine)
+    ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
+
+    def make_ir():
+        if not ir_text:
+            ir_text.append(str(codegen.build(kernel, symbol, fast_math)))
+        return ir_text[0]
+    text = f"{symbol} fast_math={fast_math}\n{structure_key(kernel)}"
+    address, engine = jit.load(text, symbol, make_ir)
+    return CompiledFunction(program, kernel, make_ir, symbol, address, engine)
 
 
 class CompiledFunction:
     """A compiled program. Call it with the inputs (by position, in order of first use,
     or by name), call-time parameters by keyword and optionally `out=`."""
 
-    def __init__(self, program, kernel, ir_text, symbol, address, engine):
+    def __init__(self, program, kernel, make_ir, symbol, address, engine):
         self.program, self.kernel = program, kernel
-        self.llvm_ir, self.symbol = ir_text, symbol
+        self._make_ir, self.symbol = make_ir, symbol
         self._engine = engine
         n_arrays = len(kernel.inputs) + len(kernel.outputs)
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
@@ -98,6 +103,11 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         return self._call(*args, **kwargs)
+
+    @property
+    def llvm_ir(self):
+        """The kernel's LLVM IR (generated on first use when it came from the cache)."""
+        return self._make_ir()
 
     @property
     def loop_nest(self):

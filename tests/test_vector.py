@@ -273,7 +273,7 @@ def _compile_kernel(program, kernel, symbol):
     module = codegen.build(kernel, symbol)
     text = str(module)
     address, engine = jit.load(text, symbol)
-    return runtime.CompiledFunction(program, kernel, text, symbol, address, engine)
+    return runtime.CompiledFunction(program, kernel, lambda: text, symbol, address, engine)
 
 
 @pytest.mark.parametrize("tail", ["mask", "peel"])

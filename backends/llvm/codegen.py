@@ -481,9 +481,17 @@ class Codegen:
             full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
             hint = self.module.add_metadata([ir.MetaDataString(
                 self.module, "llvm.loop.unroll.full" if full else "llvm.loop.unroll.enable")])
-        else:       # VECTOR loops are vectorized explicitly (vector.py)
-            return None
-        return _self_referential(self.module, hint)
+            return _self_referential(self.module, hint)
+        if any(isinstance(n, Loop) and n.kind in (LoopKind.VECTOR, LoopKind.UNROLLED)
+               for c in loop.body for n in walk(c)):
+            # a loop around explicit vector code or unrolled rows (a register tile, a
+            # packed panel) is as wide as the schedule wants it: LLVM's vectorizer and
+            # unroller would only multiply its code (and the compile time)
+            md = self.module
+            return _self_referential(md, md.add_metadata([
+                ir.MetaDataString(md, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)]),
+                md.add_metadata([ir.MetaDataString(md, "llvm.loop.unroll.disable")]))
+        return None
 
     def _update(self, s):
         b = self.b

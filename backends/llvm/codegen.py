@@ -13,6 +13,8 @@ always inlined so that its `noalias` arguments become alias scopes for the optim
 Index arithmetic is 64-bit and follows Python's floor semantics for `//` and `%`.
 Element strides may be negative or zero, so views work without copies.
 """
+import contextlib
+
 import numpy as np
 import sympy as sp
 from llvmlite import ir
@@ -51,6 +53,91 @@ def memory_type(dt):
     return I8 if np.dtype(dt).kind == "b" else value_type(dt)
 
 
+def _is_i64_constant(v):
+    return isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int)
+
+
+def _fold(lhs, rhs, op, zero=False, one=False):
+    """The i64 result of `op` when it is known now: both operands constant, or (for add)
+    one of them 0, or (for mul) one of them 1 or 0. None otherwise."""
+    a, b = _is_i64_constant(lhs), _is_i64_constant(rhs)
+    if a and b:
+        value = op(lhs.constant, rhs.constant) & (2**64 - 1)
+        return ir.Constant(I64, value - 2**64 if value >= 2**63 else value)
+    if not (a or b) or lhs.type != I64 or rhs.type != I64:
+        return None
+    const, other = (lhs, rhs) if a else (rhs, lhs)
+    if zero and const.constant == 0:
+        return other
+    if one and const.constant == 1:
+        return other
+    if one and const.constant == 0:
+        return const
+    return None
+
+
+class Builder(ir.IRBuilder):
+    """An IRBuilder that records, for the blocks its structured constructs create
+    (if/else, counted loops, allocation checks), the block that dominates them, so
+    that Codegen._reuse may take a value computed in a dominating block."""
+
+    def __init__(self, block, idom):
+        super().__init__(block)
+        self.idom = idom                  # block -> its immediate dominator
+
+    # index arithmetic folds on constants and identities as it is emitted (llvmlite
+    # does not): the unrolled rows and vector chunks of a register tile are full of
+    # `add 0, 16` and `mul 1, x`, and LLVM's time grows with every instruction
+    def add(self, lhs, rhs, name="", flags=()):
+        folded = _fold(lhs, rhs, lambda a, b: a + b, zero=True)
+        return folded if folded is not None else super().add(lhs, rhs, name, flags)
+
+    def sub(self, lhs, rhs, name="", flags=()):
+        if _is_i64_constant(rhs) and rhs.constant == 0 and lhs.type == I64:
+            return lhs
+        folded = _fold(lhs, rhs, lambda a, b: a - b)
+        return folded if folded is not None else super().sub(lhs, rhs, name, flags)
+
+    def mul(self, lhs, rhs, name="", flags=()):
+        folded = _fold(lhs, rhs, lambda a, b: a * b, one=True)
+        return folded if folded is not None else super().mul(lhs, rhs, name, flags)
+
+    def dominated(self, block, by=None):
+        self.idom[block] = self.block if by is None else by
+        return block
+
+    def dominates(self, a, b):
+        """Is block `a` (known to be) a dominator of block `b`?"""
+        for _ in range(64):
+            if b is a:
+                return True
+            b = self.idom.get(b)
+            if b is None:
+                return False
+        return False
+
+    @contextlib.contextmanager
+    def if_then(self, pred, likely=None):
+        before = self.block
+        with super().if_then(pred, likely) as end:
+            self.idom[self.block] = before
+            yield end
+        self.idom[self.block] = before
+
+    @contextlib.contextmanager
+    def if_else(self, pred, likely=None):
+        before = self.block
+
+        @contextlib.contextmanager
+        def arm(inner):
+            with inner:
+                self.idom[self.block] = before
+                yield
+        with super().if_else(pred, likely) as (then, otherwise):
+            yield arm(then), arm(otherwise)
+        self.idom[self.block] = before
+
+
 class Codegen:
     """Builds the LLVM module of one Kernel. Use `build(kernel, name)`."""
 
@@ -60,6 +147,7 @@ class Codegen:
         self.buffers = _kernel_buffers(kernel)
         self.contract = False  # set while emitting a fast-math reduction's value
         self._block_values = {}  # _reuse: key -> (basic block, value)
+        self._idom = {}          # Builder: block -> immediate dominator
         self.lanes = None      # while vector.py emits <lanes x T> values: intrinsics take .vN
 
     # ------------------------------------------------------------ entry point
@@ -133,7 +221,7 @@ class Codegen:
         entry = fn.append_basic_block("entry")      # allocas only; branches to start
         start = fn.append_basic_block("start")
         self.eb = ir.IRBuilder(entry)
-        self.b = b = ir.IRBuilder(start)
+        self.b = b = Builder(start, self._idom)
         self.env = {}
         self.memory = {}       # Buffer -> (base pointer, [element strides])
         args = iter(fn.args)
@@ -225,7 +313,7 @@ class Codegen:
         else:
             ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
             self.b.store(ptr, slot)
-        ok = self.fn.append_basic_block(f"{buf.name}.ok")
+        ok = self.b.dominated(self.fn.append_basic_block(f"{buf.name}.ok"))
         self.b.cbranch(self.b.icmp_unsigned("==", ptr, null), self.fail_block, ok)
         self.b.position_at_end(ok)
         if single is not None:
@@ -342,7 +430,10 @@ class Codegen:
         loop_body = self.fn.append_basic_block(f"{name}.body")
         done = self.fn.append_basic_block(f"{name}.end")
         b.branch(head)
+        b.dominated(head)
         b.position_at_end(head)
+        b.dominated(loop_body)
+        b.dominated(done)
         v = b.phi(I64, name=name)
         v.add_incoming(start, pre)
         b.cbranch(b.icmp_signed("<", v, stop), loop_body, done)
@@ -402,7 +493,7 @@ class Codegen:
                 b.store(ir.Constant(I64, 0), b.gep(ctx_i, [ir.Constant(I64, team_slot)],
                                                    source_etype=I64))
                 b.call(fn, [ctx])
-        ok = self.fn.append_basic_block("par.ok")
+        ok = self.b.dominated(self.fn.append_basic_block("par.ok"))
         b.cbranch(b.icmp_signed("!=", b.load(status, typ=I32), ir.Constant(I32, 0)),
                   self.fail_block, ok)
         b.position_at_end(ok)
@@ -432,7 +523,7 @@ class Codegen:
         fn.linkage = "internal"
         self.fn = fn
         entry, begin = fn.append_basic_block("entry"), fn.append_basic_block("start")
-        self.eb, self.b = ir.IRBuilder(entry), ir.IRBuilder(begin)
+        self.eb, self.b = ir.IRBuilder(entry), Builder(begin, self._idom)
         b, ctx = self.b, fn.args[0]
 
         def load(base, k, ty):
@@ -520,14 +611,13 @@ class Codegen:
     # ------------------------------------------------------------ memory
     def _reuse(self, key, make):
         """make(), or the value an identical `key` made earlier in the current basic
-        block (which dominates here). Keys hold the values of the variables they read,
+        block or in a block that dominates it. Keys hold the values of the variables they read,
         so a rebound loop variable (an unrolled copy, the next vector chunk) misses.
         The straight-line micro-kernel and its write-back repeat the same index
         arithmetic for every row and vector; emitting it once keeps the IR (and LLVM's
         time on it) small."""
-        block = self.b.block
         hit = self._block_values.get(key)
-        if hit is not None and hit[0] is block:
+        if hit is not None and self.b.dominates(hit[0], self.b.block):
             return hit[1]
         value = make()
         self._block_values[key] = (self.b.block, value)

@@ -22,7 +22,7 @@ from tex.program import as_program
 
 from . import host as host_info
 from . import primitives as P
-from .ir import Kernel, LoopKind, Scope
+from .ir import Guard, Kernel, LoopKind, Scope, Stage
 from .lower import buffers_for
 from .printer import format_nest
 from .stage import initial_state, lower_stage
@@ -80,8 +80,14 @@ class SetKind:
     tail: str = "peel"
 
 
+@dataclass(frozen=True)
+class Specialize:
+    stage: str
+    condition: str          # a relation of sizes and params, as sympy prints it
+
+
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
-                                         SetKind)}
+                                         SetKind, Specialize)}
 
 
 class LoopHandle:
@@ -117,14 +123,18 @@ class StageHandle:
         self.sched, self.definition = sched, defn
         self.name = defn.name
         self.origin = {}           # user's tex.indices object -> this stage's loop variable
+        self.specializations = []  # Specialization handles, tried in order at run time
 
     @property
     def state(self):
         return self.sched._states[self.definition]
 
+    def _store(self, value):
+        self.sched._states[self.definition] = value
+
     @state.setter
     def state(self, value):
-        old = self.sched._states[self.definition]
+        old = self.state
         same_nest = [(a.var, a.extent) for a in old.axes] == \
             [(a.var, a.extent) for a in value.axes] and old.packs == value.packs and \
             old.hosted == value.hosted and old.private is value.private
@@ -132,7 +142,7 @@ class StageHandle:
             # the boxes of local copies depend on the loop order: refuse a state that
             # no longer lowers (the error names the primitive and the tensor)
             lower_stage(value, self.sched._buffers(), self.sched._states)
-        self.sched._states[self.definition] = value
+        self._store(value)
 
     @property
     def loops(self):
@@ -235,7 +245,7 @@ class StageHandle:
         try:
             self._reduction_strategy(name, tail, accumulators)
         except ScheduleError:
-            self.sched._states[self.definition] = state
+            self._store(state)
             del self.sched.history[steps:]
             raise
 
@@ -280,6 +290,42 @@ class StageHandle:
         self.privatize(ri)
         self.vectorize(ri, tail)
 
+    def specialize(self, condition):
+        """A specialization of this stage (Halide's `specialize`): a handle whose
+        schedule starts as this one's and is used, at run time, for calls where
+        `condition` -- a relation of sizes and call-time parameters, such as
+        `(M >= 6) & (N >= 16)` -- holds. Specializations are tried in the order they
+        were made; calls where none holds run this stage's own schedule. Both nests
+        are compiled into the one kernel."""
+        cond = sp.sympify(condition)
+        if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
+            raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
+                                "condition on sizes (a relation such as M >= 64)")
+        known = set(self.sched.program.sizes) | set(self.sched.program.params)
+        unknown = [str(x) for x in cond.free_symbols if x not in known]
+        if unknown:
+            raise ScheduleError(f"specialize: in stage {self.name}, the condition {cond} uses "
+                                f"{', '.join(sorted(unknown))}, which are not sizes or "
+                                "parameters of the program")
+        spec = Specialization(self, cond, len(self.specializations) + 1)
+        self.specializations.append(spec)
+        self.sched._record(Specialize(self.name, str(cond)))
+        return spec
+
+    def lower(self, buffers, states):
+        """This stage's Stage node: its own nest, or `if c1: spec1 elif c2: ... else:
+        own` when it has specializations."""
+        own = lower_stage(self.state, buffers, states)
+        if not self.specializations:
+            return own
+        body, taken = [], []
+        for spec in self.specializations:
+            cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
+            body.append(Guard(cond, lower_stage(spec.state, buffers, states).body))
+            taken.append(spec.condition)
+        body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own.body))
+        return Stage(self.definition, tuple(body))
+
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
         pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
@@ -316,6 +362,36 @@ class StageHandle:
         return format_nest(lower_stage(self.state, self.sched._buffers()))
 
 
+class Specialization(StageHandle):
+    """`s[C].specialize(cond)`: the schedule of C for calls where `cond` holds. It has
+    the primitives of a stage; its steps are recorded under the name `C#n`."""
+
+    def __init__(self, parent, condition, number):
+        super().__init__(parent.sched, parent.definition)
+        self.parent, self.condition = parent, condition
+        self.name = f"{parent.name}#{number}"
+        self._state = parent.state
+        self.origin = dict(parent.origin)
+
+    @property
+    def state(self):
+        return self._state
+
+    @state.setter
+    def state(self, value):
+        StageHandle.state.fset(self, value)
+
+    def _store(self, value):
+        self._state = value
+
+    def specialize(self, condition):
+        raise ScheduleError(f"specialize: {self.name} is a specialization already; "
+                            f"specialize {self.parent.name} with a combined condition")
+
+    def lower(self, buffers, states):
+        return lower_stage(self.state, buffers, states)
+
+
 class Schedule:
     """The schedule of every definition a program's outputs read."""
 
@@ -329,6 +405,12 @@ class Schedule:
         self.history = []
 
     def __getitem__(self, defn):
+        if isinstance(defn, str) and "#" in defn:          # a specialization: "C#1"
+            base, _, number = defn.partition("#")
+            specs = self[base].specializations
+            if not number.isdigit() or not 1 <= int(number) <= len(specs):
+                raise ScheduleError(f"{defn} is not a specialization of {base}")
+            return specs[int(number) - 1]
         if isinstance(defn, str):
             defn = self.program.tensor(defn)
         if defn not in self._stages:
@@ -349,10 +431,12 @@ class Schedule:
     def kernel(self, fast_math=None):
         """The scheduled loop nest (tex.scheduler.ir.Kernel)."""
         p, buffers = self.program, self._buffers()
-        body = tuple(lower_stage(self._states[d], buffers, self._states)
+        body = tuple(self._stages[d].lower(buffers, self._states)
                      for d in p.definitions if d not in self._hosted_by)
         params = set(p.params)
-        for state in self._states.values():
+        states = list(self._states.values()) + [spec.state for st in self._stages.values()
+                                                for spec in st.specializations]
+        for state in states:
             for a in state.axes:
                 params |= {x for x in sp.sympify(a.extent).free_symbols if isinstance(x, Param)}
         return Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
@@ -414,6 +498,9 @@ class Schedule:
                 stage.compute_at(st.consumer, st.at)
             elif isinstance(st, SetKind):
                 stage._kind(st.loop, LoopKind(st.kind), st.tail)
+            elif isinstance(st, Specialize):
+                names = {str(x): x for x in list(self.program.sizes) + list(self.program.params)}
+                stage.specialize(sp.sympify(st.condition, locals=names))
         return self
 
     @property

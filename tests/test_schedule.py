@@ -336,3 +336,40 @@ def test_golden_tiled_and_vectorized_matmul():
         a = rng.standard_normal((m, kk)).astype(np.float32)
         b = rng.standard_normal((kk, n)).astype(np.float32)
         np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_specialize_runs_the_schedule_whose_condition_holds():
+    """`specialize(cond)`: calls where cond holds run the specialization, others the
+    stage's own schedule; both against numpy on either side of the condition."""
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    wide = s[C].specialize(N >= 16)
+    jo, ji = wide.split("j", 16, tail="guard")
+    wide.reorder("i", "k", jo, ji)
+    wide.vectorize(ji, tail="mask")
+    assert wide.name == "C#1" and s["C#1"] is wide
+    text = str(s)
+    assert text.startswith("# C\nif N >= 16:\n") and "\nif N < 16:\n" in text
+    f = tex.compile(s)
+    rng = np.random.default_rng(2)
+    for n in (1, 15, 16, 17, 70):
+        a = rng.standard_normal((9, 13)).astype(np.float32)
+        b = rng.standard_normal((13, n)).astype(np.float32)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    again = tex.schedule(C).replay(s.history_json())
+    assert str(again) == text
+
+
+def test_specialize_refusals():
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    with pytest.raises(tex.ScheduleError, match="is not a condition on sizes"):
+        s[C].specialize(True)
+    x = tex.sizes("x")
+    with pytest.raises(tex.ScheduleError, match="uses x, which are not sizes"):
+        s[C].specialize(x > 3)
+    spec = s[C].specialize(M > 3)
+    with pytest.raises(tex.ScheduleError, match="is a specialization already"):
+        spec.specialize(N > 3)
+    with pytest.raises(tex.ScheduleError, match="C#2 is not a specialization of C"):
+        s["C#2"]

@@ -717,6 +717,8 @@ class Codegen:
             for a in c.args[1:]:
                 out = b.or_(out, self.condition(a))
             return out
+        if isinstance(c, sp.Not):
+            return b.not_(self.condition(c.args[0]))
         ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
                sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
         return b.icmp_signed(ops[type(c)], self.index(c.lhs), self.index(c.rhs))

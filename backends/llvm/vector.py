@@ -652,6 +652,8 @@ class VectorLoop:
             return out
         if self.var not in c.free_symbols:
             return self.splat(cg.condition(c))
+        if isinstance(c, sp.Not):
+            return b.not_(self._lane_condition(c.args[0]))
         d = c.lhs - c.rhs
         lanes = b.add(self.splat(cg.index(d)), b.mul(self.splat(self.step(d)), self.iota))
         ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",

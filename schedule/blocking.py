@@ -50,14 +50,16 @@ class Roles:
 
 
 def contraction_roles(defn):
-    """The Roles of a sum of a product of two tensors' reads, or None."""
+    """The Roles of a sum of a product of two tensors' reads, or None (also when an
+    operand is read at two indices: A[i, k] * B[k, j] * B[k, j + 1])."""
     red = defn.reduction
     if red is None or red.combiner != "sum" or len(defn.indices) < 2:
         return None
     reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
     tensors = list(dict.fromkeys(n.tensor for n in reads))
-    if len(tensors) != 2:
-        return None
+    if len(tensors) != 2 or len({(n.tensor, tuple(sp.expand(x) for x in n.index))
+                                 for n in reads}) != 2:
+        return None               # each operand read through one index (packing needs it)
 
     def readers(x):
         return {n.tensor for n in reads

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from tex.errors import ScheduleError
 import sympy as sp
 
-from tex.expr import Access, Index, Param, walk as walk_expr
+from tex.expr import Access, AutoParts, Index, Param, walk as walk_expr
 from tex.program import as_program
 
 from . import host as host_info
@@ -48,7 +48,8 @@ class Reorder:
 class SplitK:
     stage: str
     loop: str
-    parts: object             # an int, or "param:NAME" for a call-time tex.param
+    parts: object             # an int, "param:NAME" for a call-time tex.param, or
+    #                           "auto:NAME|rows|length" for the auto schedule's AutoParts
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,10 @@ class StageHandle:
         var = self._var("split_k", loop)
         name = var.name
         self.state, outer, inner = P.split_k(self.state, var, parts)
-        recorded = f"param:{parts}" if isinstance(parts, Param) else parts
+        if isinstance(parts, AutoParts):
+            recorded = f"auto:{parts}|{parts.rows}|{parts.length}"
+        else:
+            recorded = f"param:{parts}" if isinstance(parts, Param) else parts
         self.sched._record(SplitK(self.name, name, recorded))
         return LoopHandle(self, outer), LoopHandle(self, inner)
 
@@ -223,6 +227,12 @@ class StageHandle:
             raise ScheduleError(f"compute_at: {d.name} is already computed inside "
                                 f"{sched._hosted_by[d].name}")
         var = cons._var("compute_at", at)
+        if cons.specializations or isinstance(cons, Specialization):
+            base = cons.parent if isinstance(cons, Specialization) else cons
+            raise ScheduleError(f"compute_at: stage {base.name} has specialized schedules "
+                                "(specialize, or the auto schedule of a contraction); "
+                                f"{d.name} can be computed inside one nest only: fuse "
+                                "before specializing")
         cons.state = P.host(cons.state, d, var)
         sched._hosted_by[d] = cons.definition
         sched._record(ComputeAt(self.name, cons.name, var.name))
@@ -489,6 +499,11 @@ class Schedule:
                 parts = st.parts
                 if isinstance(parts, str) and parts.startswith("param:"):
                     parts = Param(parts[len("param:"):])
+                elif isinstance(parts, str) and parts.startswith("auto:"):
+                    name, rows, length = parts[len("auto:"):].split("|")
+                    names = {str(x): x for x in self.program.sizes}
+                    parts = AutoParts(name, sp.sympify(rows, locals=names),
+                                      sp.sympify(length, locals=names))
                 stage.split_k(st.loop, parts)
             elif isinstance(st, Privatize):
                 stage.privatize(st.loop)

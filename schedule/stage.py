@@ -369,10 +369,10 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
     for n in reversed(range(len(merge_index))):
         kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
         merge = (Loop(merge_index[n], extents[n], merge, kind),)
-    if alias is not None:
-        several = sp.StrictGreaterThan(parts, 1)
-        merge = () if several is sp.false else \
-            merge if several is sp.true else (Guard(several, merge),)
+    if alias is not None:            # one part is the output; none still writes it
+        not_one = sp.Ne(parts, 1)
+        merge = () if not_one is sp.false else \
+            merge if not_one is sp.true else (Guard(not_one, merge),)
     return partial + merge
 
 

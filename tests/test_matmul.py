@@ -180,10 +180,51 @@ def test_random_block_sizes(mr, vectors, kc, mc, nc, m, n, k, dtype):
 
 
 def test_history_replays_the_blocked_schedule():
+    """The auto schedule's steps replay, the call-time part rule (AutoParts) included."""
     C = matmul("float32")
     s = tex.schedule(C).auto()
     again = tex.schedule(C).replay(s.history_json())
     assert str(again) == str(s)
+    a, b = operands(np.random.default_rng(8), 40, 50, 30, "float32")
+    check(tex.compile(again)(a, b), expected(a, b), 30)
+
+
+def test_auto_parts_of_two_programs_stay_apart():
+    """Two programs whose split parts share a name keep their own part rules."""
+    C1 = matmul("float32")
+    s1 = tex.schedule(C1).auto()
+    b, i, j, k = tex.indices("b i j k")
+    Bt = tex.sizes("Bt")
+    X = tex.tensor("X", (Bt, M, K), "float32")
+    Y = tex.tensor("Y", (Bt, K, N), "float32")
+    C2 = tex.compute("C", (b, i, j), tex.sum(X[b, i, k] * Y[b, k, j], over=k))
+    s2 = tex.schedule(C2).auto()
+    x, y = operands(np.random.default_rng(9), 33, 20, 17, "float32")
+    check(tex.compile(s1)(x, y), expected(x, y), 17)
+    xs, ys = np.stack([x, x + 1]), np.stack([y, y - 1])
+    got = tex.compile(s2)(xs, ys)
+    np.testing.assert_allclose(got, xs @ ys, rtol=1e-4, atol=1e-4)
+
+
+def test_an_operand_read_twice_is_not_blocked():
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j] * B[k, j + 1], over=k))
+    assert contraction_roles(C) is None
+    a, b = operands(np.random.default_rng(10), 9, 8, 7, "float32")
+    np.testing.assert_allclose(tex.compile(C)(a, b), a @ (b[:, :-1] * b[:, 1:]),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_fusing_into_a_specialized_stage_is_refused():
+    """A producer computed inside one nest would be missing from the others."""
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    P = tex.compute("P", (i, k), A[i, k] * 2)
+    C = tex.compute("C", (i, j), tex.sum(P[i, k] * B[k, j], over=k))
+    s = tex.schedule(C).auto()
+    with pytest.raises(tex.ScheduleError, match="has specialized schedules"):
+        s.fuse(C)
 
 
 def test_golden_auto_schedule_of_a_1024_matmul(monkeypatch):
@@ -239,7 +280,7 @@ for ko in 0..C_parts:  # parallel
               for jii in 0..64:  # vector (mask tail)
                 if (iii + 6*iio < 64) & (jii + 64*jio < 1024 - 4096*jo):
                   C_part[ko, iii + 6*iio + 64*io, jii + 64*jio + 4096*jo] += C_acc[iii, jii]
-if C_parts > 1:
+if Ne(C_parts, 1):
   for i in 0..1024:  # parallel
     for j in 0..1024:
       C_acc = 0.0

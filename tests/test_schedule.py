@@ -207,7 +207,7 @@ for ko in 0..P:  # parallel
       for ki in 0..Min(K - ko*ceiling(K/P), ceiling(K/P)):  # reduction
         C_acc += (A[i, ki + ko*ceiling(K/P)] * B[ki + ko*ceiling(K/P), j])
       C_part[ko, i, j] = C_acc
-if P > 1:
+if Ne(P, 1):
   for i_1 in 0..M:  # parallel
     for j_1 in 0..N:
       C_acc = 0.0
@@ -373,3 +373,20 @@ def test_specialize_refusals():
         spec.specialize(N > 3)
     with pytest.raises(tex.ScheduleError, match="C#2 is not a specialization of C"):
         s["C#2"]
+
+
+def test_split_partials_with_no_parts_still_write_the_identity():
+    """A privatized loop with no iterations (K = 0): the merge writes the identity,
+    also where one part would have been the output itself."""
+    i, k = tex.indices("i k")
+    X = tex.tensor("X", (M, K), "float32")
+    R = tex.compute("R", (i,), tex.sum(X[i, k], over=k))
+    s = tex.schedule(R)
+    ko, ki = s[R].split(k, 4)
+    s[R].reorder(ko, i)
+    s[R].privatize(ko)
+    f = tex.compile(s)
+    out = np.full(5, np.nan, np.float32)
+    f(np.ones((5, 0), np.float32), out=out)
+    np.testing.assert_array_equal(out, np.zeros(5, np.float32))
+    np.testing.assert_allclose(f(np.ones((5, 3), np.float32)), np.full(5, 3.0))

@@ -84,9 +84,17 @@ class AutoParts(Param):
     threads would otherwise share, `length` the extent of the reduction."""
 
     def __new__(cls, name, rows, length):
-        obj = super().__new__(cls, name)
+        # not through sympy's symbol cache, which would hand back (and overwrite) the
+        # AutoParts of another program with the same name
+        obj = sp.Symbol.__xnew__(cls, name, integer=True, positive=True)
         obj.rows, obj.length = sp.sympify(rows), sp.sympify(length)
         return obj
+
+    def _hashable_content(self):
+        return super()._hashable_content() + (self.rows, self.length)
+
+    def __getnewargs_ex__(self):
+        return (self.name, self.rows, self.length), {}
 
 
 def _split_names(names):

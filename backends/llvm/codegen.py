@@ -799,6 +799,13 @@ from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen
 from .vector import emit_serial, emit_vector_loop  # noqa: E402
 
 
+def settings():
+    """The code generator's module-level knobs that change the IR of a loop nest (set
+    from the host, or by tests): part of the kernel cache key."""
+    from . import vector, vector_plan
+    return f"register_bits={vector_plan.register_bits()} vnni={vector.USE_VNNI}"
+
+
 def build(kernel, name, fast_math=True):
     """Kernel -> llvmlite.ir.Module with entry point `name`."""
     assert isinstance(kernel, Kernel)

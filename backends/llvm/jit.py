@@ -28,14 +28,16 @@ CODEGEN_VERSION = "tex-codegen-2"
 
 
 def _codegen_source_hash():
-    """The code generator's source (this folder's modules): a change to it changes the
-    IR a loop nest turns into, so it is part of every cache key."""
+    """The code generator's source (this folder's modules, and schedule/stage.py, whose
+    reduction identities it uses): a change to it changes the IR a loop nest turns
+    into, so it is part of every cache key."""
+    from ...scheduler import stage
     folder = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
     h = hashlib.sha256()
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name), "rb") as f:
-                h.update(name.encode() + b"\0" + f.read())
+    for path in paths + [stage.__file__]:
+        with open(path, "rb") as f:
+            h.update(os.path.basename(path).encode() + b"\0" + f.read())
     return h.hexdigest()[:16]
 
 

@@ -74,7 +74,7 @@ def compile(target, fast_math=True, name=None):
         if not ir_text:
             ir_text.append(str(codegen.build(kernel, symbol, fast_math)))
         return ir_text[0]
-    text = f"{symbol} fast_math={fast_math}\n{structure_key(kernel)}"
+    text = f"{symbol} fast_math={fast_math} {codegen.settings()}\n{structure_key(kernel)}"
     address, engine = jit.load(text, symbol, make_ir)
     return CompiledFunction(program, kernel, make_ir, symbol, address, engine)
 

@@ -151,7 +151,7 @@ def _cross_product():
                                    id=f"{_case_id(case)}-{strategy}-{tail}")
 
 
-@pytest.mark.parametrize("case, strategy, tail", _cross_product())
+@pytest.mark.parametrize("case, strategy, tail", list(_cross_product()))
 def test_strategy_against_numpy(case, strategy, tail):
     """One compiled function per (strategy, combiner, dtype, tail), called on every row
     length and layout: the extents are call-time values."""

@@ -22,9 +22,10 @@ that only A reads, and a reduced index k that both read. Its blocked schedule
 Every line of it is a step of `s.history`: `block_contraction` only calls split,
 reorder, pack, unroll, vectorize and parallel, so a user can print it, replay it and
 change it. The register tile comes from the register file (MR rows of NR/W vectors,
-leaving registers for the B vectors and A's broadcast), KC from L1 (a B micro-panel
-and an A micro-panel fit it), MC from L2 (the packed A block fits half of it), NC from
-L3. The tiles of i and j are split with guard tails: the micro-kernel always runs
+leaving registers for the B vectors and A's broadcast), KC and MC from L2 (a B
+micro-panel and the packed A block, a quarter of it each), NC from L3 (see
+default_blocking for why KC is not L1-sized). The tiles of i and j are split with
+guard tails: the micro-kernel always runs
 whole MR x NR tiles over the zero padding of the packed panels, and only the write
 back to C checks the bounds, so tails cost no separate code path.
 """

@@ -67,11 +67,12 @@ def _auto_blocked(stage):
     schedule of schedule/blocking.py, when their sum may be reassociated, as a
     specialization for calls with at least a register tile's rows (MR) and two vectors'
     columns. Below that most of the tile computes padding. Measured against numpy
-    (2048 x K=2048): with N = 3 columns 0.27x blocked, 1.0x as dot products over a
-    packed B (k innermost: the second specialization, for fewer columns than two
-    vectors); with N = 8, 0.18x and 0.48x; with N = 16, 0.25x blocked; with one column (4096 x 4096), 0.15x and
-    0.5-0.9x. Calls with fewer rows and more columns run the generic schedule below
-    (i, k, j: rows of B streamed once; 1 x 4096 @ 4096 x 4096 at 0.48x, 0.09x blocked).
+    (2048 x K=2048), blocked and as dot products over a packed B (k innermost: the
+    second specialization, for fewer columns than two vectors): 3 columns 0.27x and
+    1.2x, 8 columns 0.18x and 0.48x; 16 columns blocked 0.25x; one column (4096 x
+    4096) 0.15x and 0.5-0.9x. Calls with fewer rows and more columns run the generic
+    schedule below (i, k, j: rows of B streamed once; 1 x 4096 @ 4096 x 4096 at
+    0.48x, 0.09x blocked).
 
     In the blocked schedule, when the blocks of the output are too few for the
     threads (123 x 456 from K = 51234), the reduction is split first, into a

@@ -34,7 +34,7 @@ NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to
 # fewer inner iterations than this run on one thread: waking a passive libgomp team costs
 # tens of microseconds, as much as ~1M vectorized iterations of a light loop body
 PARALLEL_MIN_WORK = 1 << 20
-STACK_TEMP_BYTES = 16 * 1024
+STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this size live on the stack
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
 

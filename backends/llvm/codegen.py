@@ -29,11 +29,20 @@ PTR = ir.PointerType()
 # numpy's PyArrayObject_fields: ob_refcnt, ob_type, data, nd, dimensions, strides
 ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
 FAST = ("reassoc", "contract", "nsz")
-STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM = 0, 1, 2
+# A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),
+# NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
+# (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access).
+STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
+    STATUS_OUT_OF_BOUNDS = range(6)
+STATUS_DETAIL_SHIFT = 8
 NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to use
-# fewer inner iterations than this run on one thread: waking a passive libgomp team costs
-# tens of microseconds, as much as ~1M vectorized iterations of a light loop body
+# fewer inner iterations than this run on one thread: waking the sleeping workers costs
+# tens of microseconds, as much as ~1M vectorized iterations of a light loop body; a
+# kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
 PARALLEL_MIN_WORK = 1 << 20
+# the largest buffer a kernel allocates: beyond it (or when count * itemsize overflows)
+# the call fails with MemoryError naming the buffer, before any memory is touched
+MAX_BUFFER_BYTES = 1 << 62
 STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this size live on the stack
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
@@ -144,7 +153,7 @@ class Codegen:
     def __init__(self, kernel, name, fast_math=True):
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         self.module = ir.Module(name=name)
-        self.buffers = _kernel_buffers(kernel)
+        self.buffers = kernel_buffers(kernel)
         self.contract = False  # set while emitting a fast-math reduction's value
         self._block_values = {}  # _reuse: key -> (basic block, value)
         self._idom = {}          # Builder: block -> immediate dominator
@@ -233,8 +242,10 @@ class Codegen:
             self.memory[buf] = (ptr, strides)
         for s in list(k.sizes) + list(k.params) + [NTHREADS]:
             self.env[s] = next(args)
-        self.fail_block = fn.append_basic_block("nomem")
+        self.fail_block = fn.append_basic_block("fail")
+        self.status = self.eb.alloca(I32, name="status")
         self.temps = []          # stack slots holding heap pointers (null until allocated)
+        self._listen_for_interrupts()
         scoped = {id(n.buffer) for n in walk(k) if isinstance(n, Allocate)}
         for buf in self.buffers:
             if buf.scope is Scope.LOCAL and id(buf) not in scoped:
@@ -249,9 +260,49 @@ class Codegen:
         b.ret(ir.Constant(I32, STATUS_OK))
         b.position_at_end(self.fail_block)
         self._free_temps()
-        b.ret(ir.Constant(I32, STATUS_NOMEM))
+        b.ret(b.load(self.status, typ=I32))
         self.eb.branch(start)
         return fn
+
+    def _listen_for_interrupts(self):
+        """Clear tex_rt_interrupt (a Ctrl-C between calls is Python's business), and
+        for a kernel with enough work to take noticeable time, make sure a Ctrl-C sets
+        it (tex_rt_arm: two system calls, negligible against ~1M iterations)."""
+        b = self.b
+        b.store_atomic(ir.Constant(I32, 0), self._interrupt_flag(), "monotonic", 4)
+        at_zero = {n.var: 0 for n in walk(self.kernel) if isinstance(n, Loop)}
+        work = None
+        for stage in self.kernel.body:
+            n = self._iterations(stage, at_zero)
+            work = n if work is None else b.add(work, n)
+        if work is None:
+            return
+        with b.if_then(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK))):
+            b.call(self._extern("tex_rt_arm", ir.VoidType(), []), [])
+
+    def _interrupt_flag(self):
+        flag = self.module.globals.get("tex_rt_interrupt")
+        if flag is None:
+            flag = ir.GlobalVariable(self.module, I32, "tex_rt_interrupt")
+        return flag
+
+    def fail_if(self, cond, code, detail=0):
+        """Leave the function with status `code | detail << 8` when `cond` holds (its
+        temporaries are freed on the way out); the builder continues where it does not."""
+        b = self.b
+        bad = self.fn.append_basic_block("fail.now")
+        ok = b.dominated(self.fn.append_basic_block("fail.not"))
+        b.cbranch(cond, bad, ok)
+        b.position_at_end(bad)
+        b.store(ir.Constant(I32, code | detail << STATUS_DETAIL_SHIFT), self.status)
+        b.branch(self.fail_block)
+        b.position_at_end(ok)
+
+    def poll_interrupt(self):
+        """Leave with STATUS_INTERRUPTED if a Ctrl-C arrived (a load and a branch)."""
+        b = self.b
+        flag = b.load_atomic(self._interrupt_flag(), "monotonic", 4, typ=I32)
+        self.fail_if(b.icmp_unsigned("!=", flag, ir.Constant(I32, 0)), STATUS_INTERRUPTED)
 
     def _contiguous_strides(self, shape):
         strides, acc, known = [], ir.Constant(I64, 1), 1
@@ -279,8 +330,9 @@ class Codegen:
         goes on the stack instead: a split-K partial of a few elements must not cost a
         malloc and a free on every call. With `once` (code that may run many times) the
         memory is taken on the first run and reused after; its size must not change."""
-        strides, count = self._contiguous_strides(buf.shape)
-        nbytes = self.b.mul(count, ir.Constant(I64, np.dtype(buf.dtype).itemsize))
+        strides, _ = self._contiguous_strides(buf.shape)
+        number = 1 + self.buffers.index(buf)
+        nbytes = self._checked_bytes(buf, number)
         single = None
         if buf.alias is not None:        # one part: the output itself, nothing to allocate
             single = self.b.icmp_signed("==", self.index(buf.shape[0]), ir.Constant(I64, 1))
@@ -313,15 +365,40 @@ class Codegen:
         else:
             ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
             self.b.store(ptr, slot)
-        ok = self.b.dominated(self.fn.append_basic_block(f"{buf.name}.ok"))
-        self.b.cbranch(self.b.icmp_unsigned("==", ptr, null), self.fail_block, ok)
-        self.b.position_at_end(ok)
+        self.fail_if(self.b.icmp_unsigned("==", ptr, null), STATUS_NOMEM, number)
         if single is not None:
             out_ptr, out_strides = self.memory[buf.alias]
             ptr = self.b.select(single, out_ptr, ptr)
             strides = [self._either(single, a, b)
                        for a, b in zip([ir.Constant(I64, 0)] + list(out_strides), strides)]
         self.memory[buf] = (ptr, strides)
+
+    def _checked_bytes(self, buf, number):
+        """The bytes of `buf` (the product of its dimensions and the element size) as an
+        i64; a negative dimension, an overflow or a size over MAX_BUFFER_BYTES leaves the
+        kernel with STATUS_TOO_LARGE (a broadcast view of 2**31 x 2**31 elements would
+        otherwise wrap to a small allocation and be written out of bounds)."""
+        b = self.b
+        total = ir.Constant(I64, np.dtype(buf.dtype).itemsize)
+        bad = ir.Constant(I1, 0)
+        pair = ir.LiteralStructType([I64, I1])
+        mul = self._extern("llvm.smul.with.overflow.i64", pair, [I64, I64])
+        for d in buf.shape:
+            d = sp.sympify(d)
+            if d.is_Integer and _is_i64_constant(total) and \
+                    0 <= int(d) * total.constant <= MAX_BUFFER_BYTES:
+                total = ir.Constant(I64, int(d) * total.constant)
+                continue
+            n = self.index(d)
+            bad = b.or_(bad, b.icmp_signed("<", n, ir.Constant(I64, 0)))
+            product = b.call(mul, [total, n])
+            total = b.extract_value(product, 0)
+            bad = b.or_(bad, b.extract_value(product, 1))
+        if _is_i64_constant(total) and isinstance(bad, ir.Constant):
+            return total
+        bad = b.or_(bad, b.icmp_signed(">", total, ir.Constant(I64, MAX_BUFFER_BYTES)))
+        self.fail_if(bad, STATUS_TOO_LARGE, number)
+        return total
 
     def _either(self, cond, a, b):
         """select(cond, a, b) for i64 values, folded when both are the same constant (a
@@ -410,11 +487,20 @@ class Codegen:
         self.env.pop(loop.var, None)
         return True
 
-    def _serial_loop(self, loop, start, end, metadata=None):
+    def _serial_loop(self, loop, start, end, metadata=None, poll=None):
         """`for var in start..end` with the body's statements as scalars; `metadata`
-        replaces the loop hints of the loop's kind."""
+        replaces the loop hints of the loop's kind. A loop around other loops checks
+        for Ctrl-C at every iteration (`poll`, default: when it holds a loop that is
+        not unrolled or vectorized: the body is long enough for a load and a branch to
+        cost nothing)."""
+        if poll is None:
+            poll = any(isinstance(n, Loop) and n.kind in (LoopKind.SERIAL, LoopKind.PARALLEL)
+                       for c in loop.body for n in walk(c))
+
         def body(var):
             self.env[loop.var] = var
+            if poll:
+                self.poll_interrupt()
             for c in loop.body:
                 self._stmt(c)
         self.counted_loop(start, end, 1, loop.var.name, body,
@@ -449,8 +535,9 @@ class Codegen:
 
     # ------------------------------------------------------------ threads
     def _parallel_loop(self, loop):
-        """Outline the loop into `void fn(ptr ctx)`, run it on libgomp's team (GOMP_parallel,
-        each thread a contiguous chunk), or call it directly when the work is small."""
+        """Outline the loop into `void fn(ptr ctx, i64 thread, i64 team)` (each thread a
+        contiguous chunk) and run it on tex's thread pool (threads.py), or on this thread
+        alone when the work is small."""
         b = self.b
         start = self.index(loop.start)
         extent = self.index(loop.extent)
@@ -459,15 +546,10 @@ class Codegen:
         syms = list(self.env.items())
         bufs = list(self.memory.items())
         status = self.eb.alloca(I32, name="par.status")
-        # the last int says whether the function runs on a team (split the range by thread
-        # number) or is called directly (the whole range: inside another team, thread
-        # numbers are that team's)
         # constant strides (local and packed buffers) stay constants in the outlined
         # function, so its vector loops know their steps at compile time
         ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts
                                                          if not isinstance(st, ir.Constant)]
-        ints.append(ir.Constant(I64, 0))
-        team_slot = len(ints) - 1
         ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
         ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
         ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
@@ -481,21 +563,18 @@ class Codegen:
         # a team pays only for enough work spread over at least two iterations; otherwise
         # the loop runs on this thread and a parallel loop nested in it gets the team
         big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
-                     b.icmp_signed(">", threads, ir.Constant(I64, 1)))
-        big = b.and_(big, b.icmp_signed(">", extent, ir.Constant(I64, 1)))
-        with b.if_else(big) as (then, otherwise):
-            with then:
-                b.store(ir.Constant(I64, 1), b.gep(ctx_i, [ir.Constant(I64, team_slot)],
-                                                   source_etype=I64))
-                gomp = self._extern("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-                b.call(gomp, [fn, ctx, b.trunc(threads, I32), ir.Constant(I32, 0)])
-            with otherwise:
-                b.store(ir.Constant(I64, 0), b.gep(ctx_i, [ir.Constant(I64, team_slot)],
-                                                   source_etype=I64))
-                b.call(fn, [ctx])
-        ok = self.b.dominated(self.fn.append_basic_block("par.ok"))
-        b.cbranch(b.icmp_signed("!=", b.load(status, typ=I32), ir.Constant(I32, 0)),
-                  self.fail_block, ok)
+                     b.icmp_signed(">", extent, ir.Constant(I64, 1)))
+        team = b.select(big, threads, ir.Constant(I64, 1))
+        pool = self._extern("tex_rt_parallel", ir.VoidType(), [PTR, PTR, I64])
+        b.call(pool, [fn, ctx, team])
+        code = b.load(status, typ=I32)
+        failed = b.icmp_signed("!=", code, ir.Constant(I32, 0))
+        bad = self.fn.append_basic_block("par.failed")
+        ok = b.dominated(self.fn.append_basic_block("par.ok"))
+        b.cbranch(failed, bad, ok)
+        b.position_at_end(bad)
+        b.store(code, self.status)           # a thread's failure is the kernel's
+        b.branch(self.fail_block)
         b.position_at_end(ok)
 
     def _iterations(self, node, at_zero):
@@ -516,22 +595,22 @@ class Codegen:
         return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
 
     def _outlined(self, loop, bufs, syms):
-        saved = (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps)
+        saved = (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps,
+                 self.status)
         n = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.par"))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]),
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
                          name=f"{self.name}.par{n}")
         fn.linkage = "internal"
         self.fn = fn
         entry, begin = fn.append_basic_block("entry"), fn.append_basic_block("start")
         self.eb, self.b = ir.IRBuilder(entry), Builder(begin, self._idom)
-        b, ctx = self.b, fn.args[0]
+        b, (ctx, tid, nt) = self.b, fn.args
 
         def load(base, k, ty):
             return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
-        ctx_i, status = load(ctx, 0, PTR), load(ctx, 1, PTR)
+        ctx_i, shared_status = load(ctx, 0, PTR), load(ctx, 1, PTR)
         n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
                                      for _, (_, sts) in bufs for st in sts)
-        on_team = b.icmp_signed("!=", load(ctx_i, n_ints, I64), ir.Constant(I64, 0))
         ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
         self.env = {sym: next(ints) for sym, _ in syms}
         start, extent = next(ints), next(ints)
@@ -540,17 +619,14 @@ class Codegen:
             self.memory[buf] = (load(ctx, k + 2, PTR), [st if isinstance(st, ir.Constant)
                                                         else next(ints) for st in sts])
         self.temps = []
-        self.fail_block = fn.append_basic_block("nomem")
+        self.fail_block = fn.append_basic_block("fail")
+        self.status = self.eb.alloca(I32, name="status")
         outside = _buffers_outside(self.kernel, loop)
         from ...scheduler.ir import buffers_of
         scoped = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
         for buf in buffers_of(loop):
             if buf.scope is Scope.LOCAL and buf not in outside and id(buf) not in scoped:
                 self._alloca(buf)                 # private to each thread
-        tid = b.sext(b.call(self._extern("omp_get_thread_num", I32, []), []), I64)
-        nt = b.sext(b.call(self._extern("omp_get_num_threads", I32, []), []), I64)
-        tid = b.select(on_team, tid, ir.Constant(I64, 0))
-        nt = b.select(on_team, nt, ir.Constant(I64, 1))
         chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
         lo = b.mul(tid, chunk)
         hi = b.add(lo, chunk)
@@ -561,10 +637,11 @@ class Codegen:
         b.ret_void()
         b.position_at_end(self.fail_block)
         self._free_temps()
-        b.store(ir.Constant(I32, STATUS_NOMEM), status)
+        b.store(b.load(self.status, typ=I32), shared_status)
         b.ret_void()
         self.eb.branch(begin)
-        (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps) = saved
+        (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps,
+         self.status) = saved
         return fn
 
     def _loop_metadata(self, loop):
@@ -759,7 +836,7 @@ def _buffers_outside(kernel, loop):
     return out
 
 
-def _kernel_buffers(kernel):
+def kernel_buffers(kernel):
     from ...scheduler.ir import buffers_of
     seen = {}
     for stage in kernel.body:

@@ -5,10 +5,25 @@ object bytes -> an MCJIT engine of its own -> function address. The key covers
 everything that changes the machine code: the kernel's loop nest (its structure_key
 text, from which code generation is deterministic, so a cached kernel never generates
 IR), the entry symbol and fast-math flag, the code generator's own source, the llvmlite
-and LLVM versions, and the host CPU name and features. A cache file holds a magic header, the
-payload's length and SHA-256, then the object bytes; a file that fails any check is
-recompiled and rewritten. Writes go to a temporary file in the same folder and are
-renamed into place, so concurrent writers never leave a torn file.
+and LLVM versions, and the host CPU name and features.
+
+In memory, the engines of the most recently used TEX_KERNEL_CACHE_SIZE kernels (default
+512) are kept; an evicted engine is freed once no compiled function uses it.
+
+Optimization runs in this process for the first IN_PROCESS_COMPILES modules, then in a
+compiler child process (compile_worker.py, restarted every MAX_COMPILES modules):
+llvmlite's pass builder leaks ~100 KB a module, and an LLVM crash there is an error
+here, not the end of the user's interpreter.
+
+On disk, the cache is trusted only as far as it is private: its folder is created 0700,
+and a folder or file owned by another user, or writable by group or others, is not
+read (tex then compiles in memory and says so once). A file holds a magic header, the
+payload's length and an HMAC-SHA256 of the payload and the entry's key under a secret
+kept in the folder (`.key`, 0600), then the object bytes. A file that fails any check,
+or whose payload is not an x86-64 ELF relocatable object, is recompiled and rewritten:
+bytes that this user's tex did not write are never mapped as code. Writes go to a
+temporary file in the same folder and are renamed into place, so concurrent writers
+never leave a torn file.
 
 Code is generated for the CPU and features llvmlite reports for this host; nothing is
 hard-coded (a machine without AVX-512 gets AVX2 code).
@@ -16,15 +31,22 @@ hard-coded (a machine without AVX-512 gets AVX2 code).
 import collections
 import ctypes.util
 import hashlib
+import hmac
 import os
+import stat
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
+import warnings
 
 import llvmlite
 import llvmlite.binding as llvm
 
-CODEGEN_VERSION = "tex-codegen-2"
+from . import compile_worker
+
+CODEGEN_VERSION = "tex-codegen-3"
 
 
 def _codegen_source_hash():
@@ -42,10 +64,28 @@ def _codegen_source_hash():
 
 
 CODEGEN_SOURCE = _codegen_source_hash()
-MAGIC = b"TEXOBJ1\n"
+MAGIC = b"TEXOBJ2\n"
+DIGEST_BYTES = 32
 STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt"
-_lock = threading.Lock()
-_memory = {}                         # key -> (engine, address)
+_lock = threading.RLock()
+_memory = collections.OrderedDict()  # key -> (engine, address), least recently used first
+
+
+def kernel_cache_size():
+    """How many kernels' engines the memory cache keeps (TEX_KERNEL_CACHE_SIZE, default
+    512); a value that is not a positive integer gets a warning and the default."""
+    text = os.environ.get("TEX_KERNEL_CACHE_SIZE")
+    if text is None:
+        return 512
+    try:
+        n = int(text)
+        if n >= 1:
+            return n
+    except ValueError:
+        pass
+    warnings.warn(f"TEX_KERNEL_CACHE_SIZE={text!r} is not a positive integer; using 512",
+                  RuntimeWarning, stacklevel=2)
+    return 512
 
 
 class Host:
@@ -61,13 +101,9 @@ class Host:
         self.target = llvm.Target.from_triple(self.triple)
         self.machine = self.new_machine()
         self.datalayout = str(self.machine.target_data)
-        # libgomp reads its wait policy when it loads: idle workers must sleep, not spin,
-        # or they steal the cores of numpy's BLAS threads between our calls
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        for lib in ("gomp", "m"):
-            path = ctypes.util.find_library(lib)
-            if path:
-                llvm.load_library_permanently(path)
+        path = ctypes.util.find_library("m")      # expf, tanhf, erf...: libm's symbols
+        if path:
+            llvm.load_library_permanently(path)
 
     def new_machine(self):
         return self.target.create_target_machine(cpu=self.cpu, features=self.features,
@@ -105,47 +141,227 @@ def cache_key(text):
 
 
 def optimized_module(ir_text):
-    """Parse, verify and optimize at O3 with the new pass manager."""
+    """Parse, verify and optimize at O3 in this process (compile_worker.optimize)."""
     host = Host.get()
-    mod = llvm.parse_assembly(ir_text)
-    mod.triple, mod.data_layout = host.triple, host.datalayout
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = True
-    pb = llvm.create_pass_builder(host.machine, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return mod
+    return compile_worker.optimize(llvm, host.machine, ir_text)
+
+
+class CompileError(RuntimeError):
+    """LLVM refused a module, or the compiler process died on it."""
+
+
+class CompilerProcess:
+    """The compiler child process (compile_worker.py): IR text in, object bytes out.
+    It is started on first use and replaced after MAX_COMPILES modules, which bounds the
+    memory llvmlite leaks there; a crash in it raises CompileError and the next compile
+    starts a new one."""
+    MAX_COMPILES = 200
+
+    def __init__(self, host):
+        self.errors = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, compile_worker.__file__, host.cpu, host.features],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
+        self.compiles = 0
+
+    def request(self, kind, ir_text):
+        self.compiles += 1
+        try:
+            compile_worker.write_frame(self.proc.stdin, kind + ir_text.encode())
+            reply = compile_worker.read_frame(self.proc.stdout)
+        except OSError:
+            reply = None
+        if reply is None:
+            self.close()
+            self.errors.seek(0)
+            tail = self.errors.read()[-2000:].decode(errors="replace").strip()
+            raise CompileError(f"the LLVM compiler process died (exit status "
+                               f"{self.proc.returncode}) on a module: {tail or 'no message'}")
+        if reply[:1] == b"e":
+            raise CompileError(reply[1:].decode())
+        return reply[1:]
+
+    def close(self):
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.errors.close()
+
+
+_compiler = []           # the running CompilerProcess, if any
+# the first modules of a process are optimized in it: a short session never waits
+# ~60 ms for the compiler process to start, and leaks at most this many x ~100 KB
+IN_PROCESS_COMPILES = 32
+
+
+def _compiler_process():
+    """The compiler process, (re)started as needed; None when this module is compiled
+    in this process: among its first IN_PROCESS_COMPILES, with TEX_COMPILE_IN_PROCESS=1,
+    or when a child process cannot be started."""
+    if STATS["compiled"] <= IN_PROCESS_COMPILES or \
+            os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
+        return None
+    if _compiler and (_compiler[0].compiles >= CompilerProcess.MAX_COMPILES
+                      or _compiler[0].proc.poll() is not None):
+        _compiler.pop().close()
+    if not _compiler:
+        try:
+            _compiler.append(CompilerProcess(Host.get()))
+        except OSError as err:
+            warnings.warn(f"tex: cannot start the compiler process ({err}); compiling in "
+                          "this process", RuntimeWarning, stacklevel=3)
+            os.environ["TEX_COMPILE_IN_PROCESS"] = "1"
+            return None
+    return _compiler[0]
+
+
+def prestart():
+    """Start the compiler process now, so that it initialises while the caller builds
+    the IR of its first kernel."""
+    with _lock:
+        _compiler_process()
+
+
+def _forget_compiler():
+    # a forked child shares the parent's pipes: it must start a compiler of its own
+    _compiler.clear()
+
+
+os.register_at_fork(after_in_child=_forget_compiler)
 
 
 def compile_object(ir_text):
     STATS["compiled"] += 1
+    with _lock:
+        worker = _compiler_process()
+        if worker is not None:
+            return worker.request(b"o", ir_text)
     return Host.get().machine.emit_object(optimized_module(ir_text))
 
 
 def assembly(ir_text):
+    with _lock:
+        worker = _compiler_process()
+        if worker is not None:
+            return worker.request(b"a", ir_text).decode()
     return Host.get().machine.emit_assembly(optimized_module(ir_text))
 
 
-def _cache_path(key):
-    return os.path.join(cache_dir(), key[:2], key + ".o")
+# ---------------------------------------------------------------- the disk cache
+
+_warned = set()
 
 
-def read_cached(key):
-    """The cached object bytes, or None if absent or damaged (damaged files are removed)."""
-    path = _cache_path(key)
+def _distrust(path, why):
+    """Say once per folder why the disk cache is not used; returns None."""
+    if path not in _warned:
+        _warned.add(path)
+        warnings.warn(f"tex: not using the kernel cache at {path}: {why}; kernels are "
+                      "compiled in memory (set TEX_CACHE_DIR to a private folder)",
+                      RuntimeWarning, stacklevel=4)
+    return None
+
+
+def _private(st):
+    """Owned by this user and not writable by group or others."""
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def trusted_dir():
+    """The cache folder, created private (0700) if absent, or None when it cannot be
+    trusted (another owner, writable by others, not a folder) or created."""
+    path = cache_dir()
     try:
-        with open(path, "rb") as f:
-            blob = f.read()
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as err:
+        return _distrust(path, f"it cannot be created ({err.strerror})")
+    if not stat.S_ISDIR(st.st_mode):
+        return _distrust(path, "it is not a folder")
+    if not _private(st):
+        return _distrust(path, "it is owned by another user or writable by others")
+    return path
+
+
+def _secret(folder):
+    """The folder's HMAC key: 32 random bytes in `.key` (0600), made on first use. Made
+    in a temporary file and linked into place, so that concurrent first uses agree."""
+    path = os.path.join(folder, ".key")
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            with os.fdopen(fd, "rb") as f:
+                st = os.fstat(f.fileno())
+                key = f.read()
+            if st.st_uid != os.getuid() or st.st_mode & 0o077 or len(key) != 32:
+                return _distrust(folder, "its key file is not private to this user")
+            return key
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".key-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+            os.link(tmp, path)           # fails if another process made the key first
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return None
+
+
+def _digest(secret, key, payload):
+    return hmac.new(secret, key.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+
+def _is_relocatable_object(payload):
+    """A structural check before LLVM parses the bytes: a 64-bit little-endian x86-64
+    ELF relocatable object whose section header table lies inside it."""
+    if len(payload) < 64 or payload[:6] != b"\x7fELF\x02\x01":
+        return False
+    e_type, e_machine = struct.unpack_from("<HH", payload, 16)
+    (e_shoff,) = struct.unpack_from("<Q", payload, 0x28)
+    e_shentsize, e_shnum = struct.unpack_from("<HH", payload, 0x3A)
+    return (e_type == 1 and e_machine == 62 and e_shentsize == 64
+            and 0 < e_shoff and e_shoff + e_shnum * e_shentsize <= len(payload))
+
+
+def _cache_path(folder, key, kind):
+    if kind == "kernel":
+        return os.path.join(folder, key[:2], key + ".o")
+    return os.path.join(folder, kind, key + ".o")
+
+
+def read_cached(key, kind="kernel"):
+    """The cached object bytes, or None if absent, untrusted or damaged (damaged files
+    are removed)."""
+    folder = trusted_dir()
+    secret = folder and _secret(folder)
+    if not secret:
+        return None
+    path = _cache_path(folder, key, kind)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
-    head = len(MAGIC) + 8 + 32
+    with os.fdopen(fd, "rb") as f:
+        if not _private(os.fstat(f.fileno())):
+            return _distrust(path, "the entry is owned by another user or writable by others")
+        blob = f.read()
+    head = len(MAGIC) + 8 + DIGEST_BYTES
     ok = blob[:len(MAGIC)] == MAGIC and len(blob) >= head
     if ok:
         (length,) = struct.unpack("<Q", blob[len(MAGIC):len(MAGIC) + 8])
         digest, payload = blob[len(MAGIC) + 8:head], blob[head:]
-        ok = length == len(payload) and hashlib.sha256(payload).digest() == digest
+        ok = (length == len(payload) and hmac.compare_digest(digest, _digest(secret, key, payload))
+              and _is_relocatable_object(payload))
     if not ok:
         STATS["corrupt"] += 1
         try:
@@ -156,37 +372,54 @@ def read_cached(key):
     return payload
 
 
-def write_cached(key, obj):
+def write_cached(key, obj, kind="kernel"):
     """Atomically store object bytes; a failure to write only loses the cache entry."""
-    path = _cache_path(key)
+    folder = trusted_dir()
+    secret = folder and _secret(folder)
+    if not secret:
+        return
+    path = _cache_path(folder, key, kind)
+    tmp = None
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + struct.pack("<Q", len(obj)) + hashlib.sha256(obj).digest() + obj)
+            f.write(MAGIC + struct.pack("<Q", len(obj)) + _digest(secret, key, obj) + obj)
         os.replace(tmp, path)
     except OSError:
-        try:
-            os.unlink(tmp)
-        except (OSError, UnboundLocalError):
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
-def load(text, symbol, make_ir=None):
+# ---------------------------------------------------------------- loading
+
+def load(text, symbol, make_ir=None, kind="kernel"):
     """The address of `symbol` in the kernel described by `text`, compiling only on a
     cache miss: `make_ir()` gives the LLVM IR then (default: `text` is the IR).
-    Returns (address, engine); keep the engine alive as long as the address is used."""
+    Returns (address, engine); keep the engine alive as long as the address is used.
+    Kernels are kept in the bounded memory cache; other kinds (the thread runtime)
+    are not."""
     key = cache_key(text)
     with _lock:
         hit = _memory.get(key)
         if hit is not None:
             STATS["memory_hits"] += 1
+            _memory.move_to_end(key)
             return hit[1], hit[0]
-        obj = read_cached(key)
+        obj = read_cached(key, kind)
         if obj is None:
-            obj = compile_object(make_ir() if make_ir is not None else text)
-            write_cached(key, obj)
-        else:
+            if kind == "kernel" and STATS["compiled"] >= IN_PROCESS_COMPILES:
+                _compiler_process()      # starts while make_ir() builds the IR
+            ir_text = make_ir() if make_ir is not None else text
+            if kind == "kernel":
+                obj = compile_object(ir_text)
+            else:     # the runtime: one small module, compiled once per machine, here
+                obj = Host.get().machine.emit_object(optimized_module(ir_text))
+            write_cached(key, obj, kind)
+        elif kind == "kernel":
             STATS["disk_hits"] += 1
         engine = _engine()
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -194,7 +427,10 @@ def load(text, symbol, make_ir=None):
         address = engine.get_function_address(symbol)
         if not address:
             raise RuntimeError(f"tex: symbol {symbol} missing from its compiled object")
-        _memory[key] = (engine, address)
+        if kind == "kernel":
+            _memory[key] = (engine, address)
+            while len(_memory) > kernel_cache_size():
+                _memory.popitem(last=False)      # freed when no compiled function uses it
         return address, engine
 
 

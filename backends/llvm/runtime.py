@@ -14,6 +14,7 @@ import ctypes
 import operator
 import os
 import re
+import warnings
 
 import numpy as np
 import sympy as sp
@@ -24,16 +25,35 @@ from tex.program import as_program
 
 from ...scheduler.ir import Scope, structure_key
 from ...scheduler.printer import format_nest
-from . import codegen, jit
+from . import codegen, jit, threads
+from .threads import MAX_WORKERS
+
+# threads at most: more than the pool's MAX_WORKERS + 1 would not run anyway, and a
+# count far beyond the machine only costs memory (each thread has its own stack)
+MAX_THREADS = MAX_WORKERS + 1
+
+
+def _available_cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
 
 def _default_threads():
+    """TEX_NUM_THREADS, else the CPUs this process may use. A value that is not an
+    integer from 1 to MAX_THREADS gets a warning (never an error: `import tex` must
+    not fail on the environment) and the default."""
     env = os.environ.get("TEX_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ValueError(f"TEX_NUM_THREADS must be an integer, got {env!r}") from None
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpus = min(MAX_THREADS, _available_cpus() or 1)
+    if not env:
+        return cpus
+    try:
+        n = int(env)
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= MAX_THREADS:
+        warnings.warn(f"TEX_NUM_THREADS={env!r} is not an integer from 1 to {MAX_THREADS}; "
+                      f"using {cpus} threads", RuntimeWarning, stacklevel=2)
+        return cpus
+    return n
 
 
 _NUM_THREADS = [_default_threads()]     # read by every generated call path
@@ -48,8 +68,13 @@ AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else {
 
 def set_num_threads(n):
     """Threads for parallel loops from now on (default: TEX_NUM_THREADS, else the CPUs
-    this process may use)."""
-    _NUM_THREADS[0] = max(1, int(n))
+    this process may use): an integer from 1 to MAX_THREADS (256)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads: the thread count must be an integer, not {n!r}")
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"set_num_threads: the thread count must be from 1 to {MAX_THREADS}, "
+                         f"got {n}")
+    _NUM_THREADS[0] = int(n)
 
 
 def get_num_threads():
@@ -75,8 +100,26 @@ def compile(target, fast_math=True, name=None):
             ir_text.append(str(codegen.build(kernel, symbol, fast_math)))
         return ir_text[0]
     text = f"{symbol} fast_math={fast_math} {codegen.settings()}\n{structure_key(kernel)}"
+    threads.runtime()       # the pool and interrupt flag every kernel links against
     address, engine = jit.load(text, symbol, make_ir)
     return CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+
+
+class Signature:
+    """What a compiled function's call path and its error paths need: the program, the
+    loop nest, the entry point, and the engine whose code it runs (referenced here so
+    that the code lives as long as any holder of the call path; never the
+    CompiledFunction itself, which would make a reference cycle that only the garbage
+    collector frees -- and with it the JIT memory)."""
+
+    def __init__(self, program, kernel, symbol, address, engine):
+        self.program, self.kernel, self.symbol = program, kernel, symbol
+        self.engine = engine
+        n_arrays = len(kernel.inputs) + len(kernel.outputs)
+        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
+                                                  + [ctypes.c_int64] * (len(kernel.params) + 1)))
+        self.cfunc = proto(address)
+        self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
 
 
 class CompiledFunction:
@@ -86,20 +129,25 @@ class CompiledFunction:
     def __init__(self, program, kernel, make_ir, symbol, address, engine):
         self.program, self.kernel = program, kernel
         self._make_ir, self.symbol = make_ir, symbol
-        self._engine = engine
-        n_arrays = len(kernel.inputs) + len(kernel.outputs)
-        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                  + [ctypes.c_int64] * (len(kernel.params) + 1)))
-        self._cfunc = proto(address)
+        self._sig = Signature(program, kernel, symbol, address, engine)
+        self._cfunc = self._sig.cfunc
         self._asm = None
         self.input_names = tuple(t.name for t in program.inputs)
-        self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
-        self._call = _make_caller(self)
+        self.param_names = self._sig.param_names
+        self._call = _make_caller(self._sig)
         self.__call__ = self._call
         # `f(...)` looks `__call__` up on the type: a one-off subclass whose `__call__` is
         # the generated call path itself saves a Python frame (~0.2 us) on every call
         self.__class__ = type("CompiledFunction", (CompiledFunction,),
                               {"__call__": staticmethod(self._call), "__slots__": ()})
+
+    def __del__(self):
+        # a class is always in a reference cycle (with its own __mro__): without this,
+        # the one-off subclass would keep the call path, and so the kernel's JIT memory,
+        # alive until the garbage collector runs
+        cls = type(self)
+        if cls is not CompiledFunction and "__call__" in cls.__dict__:
+            del cls.__call__
 
     def __call__(self, *args, **kwargs):
         return self._call(*args, **kwargs)
@@ -166,29 +214,38 @@ def pyexpr(e, names):
     raise NotImplementedError(f"size expression {e} ({type(e).__name__})")
 
 
-def _make_caller(cf):
-    program, kernel = cf.program, cf.kernel
+# a call-time parameter must fit the kernel's 64-bit arithmetic with room to spare
+# (a split_k part count is multiplied by the chunk length and the output's size)
+MAX_PARAM = 1 << 62
+# combiners with no identity: over an empty axis numpy raises (and so does tex)
+_NO_IDENTITY = {"max": "maximum", "min": "minimum", "argmax": "argmax", "argmin": "argmin"}
+
+
+def _make_caller(sig):
+    program, kernel = sig.program, sig.kernel
     inputs, outputs = program.inputs, program.outputs
     argnames = [f"{t.name}" for t in inputs]
-    clash = set(argnames) & (set(cf.param_names) | {"out"})
+    clash = set(argnames) & (set(sig.param_names) | {"out"})
     if clash or len(set(argnames)) != len(argnames):
         raise ValueError(f"input names must be distinct from each other, from the "
                          f"parameters and from 'out': {sorted(clash) or argnames}")
     names = {s: f"_z_{s}" for s in program.sizes}
     names.update({p: f"_p_{p}" for p in kernel.params})
-    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": cf._cfunc,
-         "_coerce": _coerce, "_ShapeError": ShapeError, "_index": operator.index,
+    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": sig.cfunc,
+         "_coerce": _coerce, "_ShapeError": ShapeError, "_param": _param,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
-         "_cf": cf, "_rank_error": _rank_error, "_dim_error": _dim_error,
+         "_sig": sig, "_rank_error": _rank_error, "_dim_error": _dim_error,
          "_nt": _NUM_THREADS}
     L = []
-    kw = [f"{p}=None" for p in cf.param_names] + ["out=None"]
-    L.append(f"def call({', '.join(argnames)}{', ' if argnames else ''}*, {', '.join(kw)}):")
+    kw = [f"{p}=None" for p in sig.param_names] + ["out=None"]
+    # named after the kernel, so that Python's own binding errors name it
+    L.append(f"def {sig.symbol}({', '.join(argnames)}{', ' if argnames else ''}*, "
+             f"{', '.join(kw)}):")
     for pos, t in enumerate(inputs):
         a = argnames[pos]
         g[f"_dt{pos}"] = t.dtype
         L.append(f"    if type({a}) is not _ndarray or {a}.dtype is not _dt{pos}: "
-                 f"{a} = _coerce(_cf, {pos}, {a})")
+                 f"{a} = _coerce(_sig, {pos}, {a})")
     # one tuple unpack per input binds its sizes and checks its rank (a ValueError)
     checks, unpack = [], []
     for pos, t in enumerate(inputs):
@@ -205,7 +262,7 @@ def _make_caller(cf):
         L.append("    try:")
         L.extend(unpack)
         L.append("    except ValueError:")
-        L.append(f"        raise _rank_error(_cf, ({', '.join(argnames)},)) from None")
+        L.append(f"        raise _rank_error(_sig, ({', '.join(argnames)},)) from None")
     for p in kernel.params:
         if isinstance(p, AutoParts):
             rule = AUTO_PARTS.format(t="_t", rows=pyexpr(p.rows, names),
@@ -213,26 +270,30 @@ def _make_caller(cf):
             L.append("    _t = _nt[0]")
             L.append(f"    {names[p]} = {rule}")
             continue
-        L.append(f"    if {p} is None: raise TypeError('missing call-time parameter {p}')")
-        L.append(f"    {names[p]} = _index({p})")
-        L.append(f"    if {names[p]} <= 0: raise ValueError('parameter {p} must be positive, "
-                 f"got %d' % {names[p]})")
+        L.append(f"    {names[p]} = {p} if {p}.__class__ is int and 0 < {p} <= {MAX_PARAM} "
+                 f"else _param(_sig, '{p}', {p})")
     for pos, axis, d in checks:
         a = argnames[pos]
         L.append(f"    if _s{pos}_{axis} != {pyexpr(d, names)}: "
-                 f"raise _dim_error(_cf, {pos}, {axis}, _s{pos}_{axis}, {pyexpr(d, names)})")
+                 f"raise _dim_error(_sig, {pos}, {axis}, _s{pos}_{axis}, {pyexpr(d, names)})")
     for n, (t, axis, largest, dim, exts) in enumerate(program.access_checks()):
         cond = " and ".join(f"{pyexpr(x, names)} > 0" for x in exts) or "True"
-        g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: index reaches {largest} "
-                             f"but the dimension is {dim}")
+        g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: the index reaches "
+                             f"{largest} = %d, but the dimension {dim} is %d")
         L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
-                 f"raise _ShapeError(_acc_msg{n} + ' (%s)' % ({pyexpr(largest, names)},))")
+                 f"raise _ShapeError(_acc_msg{n} % ({pyexpr(largest, names)}, "
+                 f"{pyexpr(dim, names)}))")
     for d in program.definitions:
         for x, ext in d.extents.items():
             if not (ext.is_Symbol or ext.is_Integer):
                 L.append(f"    if {pyexpr(ext, names)} < 0: raise _ShapeError('compute {d.name}:"
                          f" index {x.name} has a negative extent {ext} = %d' % "
                          f"{pyexpr(ext, names)})")
+    for n, (d, message, nonempty, empty) in enumerate(_identityless_reductions(program)):
+        g[f"_red_msg{n}"] = message
+        cond_out = " and ".join(f"{pyexpr(e, names)} > 0" for e in nonempty) or "True"
+        cond_red = " or ".join(f"{pyexpr(e, names)} == 0" for e in empty)
+        L.append(f"    if {cond_out} and ({cond_red}): raise ValueError(_red_msg{n})")
     outs = []
     for n, o in enumerate(outputs):
         g[f"_odt{n}"] = o.dtype
@@ -245,26 +306,26 @@ def _make_caller(cf):
         L.append(f"        {o} = _empty({shape}, _odt{n})")
     L.append(f"        _st = _cfunc({arrays}{params})")
     L.append("        if _st:")
-    L.append(f"            _status(_cf, _st, ({', '.join(argnames)}{',' if argnames else ''}), "
+    L.append(f"            _status(_sig, _st, ({', '.join(argnames)}{',' if argnames else ''}), "
              f"({''.join(o + ', ' for o, _ in outs)}), ({params.lstrip(', ')}{',' if params else ''}))")
     L.append(f"        return {', '.join(o for o, _ in outs)}")
     shapes = "(" + "".join(s + ", " for _, s in outs) + ")"
-    L.append(f"    _ins, _tgt, _fin = _prepare_out(_cf, out, {shapes}, "
+    L.append(f"    _ins, _tgt, _fin = _prepare_out(_sig, out, {shapes}, "
              f"({', '.join(argnames)}{',' if argnames else ''}))")
     L.append(f"    _st = _cfunc(*_ins, *_tgt{params})")
-    L.append(f"    if _st: _status(_cf, _st, _ins, _tgt, ({params.lstrip(', ')}{',' if params else ''}))")
+    L.append(f"    if _st: _status(_sig, _st, _ins, _tgt, ({params.lstrip(', ')}{',' if params else ''}))")
     L.append("    return _finish_out(out, _tgt, _fin)")
     src = "\n".join(L)
-    exec(builtins.compile(src, f"<tex call path of {cf.symbol}>", "exec"), g)
-    call = g["call"]
-    call.__doc__ = f"Compiled tex kernel {cf.symbol}."
+    exec(builtins.compile(src, f"<tex call path of {sig.symbol}>", "exec"), g)
+    call = g[sig.symbol]
+    call.__doc__ = f"Compiled tex kernel {sig.symbol}."
     call.source = src
     return call
 
 
-def _coerce(cf, pos, a):
+def _coerce(sig, pos, a):
     """Slow path: convert an argument to an array of the declared dtype, or refuse."""
-    t = cf.program.inputs[pos]
+    t = sig.program.inputs[pos]
     arr = np.asarray(a)
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
@@ -273,29 +334,67 @@ def _coerce(cf, pos, a):
     return arr.astype(t.dtype)
 
 
-def _rank_error(cf, arrays):
+def _param(sig, name, value):
+    """Slow path of a call-time parameter: an integer from 1 to MAX_PARAM, or an error
+    that names it (and the kernel)."""
+    if value is None:
+        raise TypeError(f"{sig.symbol}: missing call-time parameter {name}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{sig.symbol}: parameter {name} must be an integer, got "
+                        f"{value!r}") from None
+    if not 0 < n <= MAX_PARAM:
+        raise ValueError(f"{sig.symbol}: parameter {name} must be from 1 to 2**62, got {n}")
+    return n
+
+
+def _identityless_reductions(program):
+    """(definition, message, extents that make its output non-empty, extents that make
+    its reduction empty) for every max/min/argmax/argmin: numpy refuses to reduce an
+    empty axis with them (there is no identity to return), and so does tex."""
+    out = []
+    for d in program.definitions:
+        red = d.reduction
+        if red is None or red.combiner not in _NO_IDENTITY:
+            continue
+        over = ", ".join(f"{x.name} (extent {d.extents[x]})" for x in red.over)
+        message = (f"zero-size array to reduction operation {_NO_IDENTITY[red.combiner]} "
+                   f"which has no identity: {d.name} reduces over {over}, which is empty")
+        out.append((d, message, [d.extents[x] for x in d.indices],
+                    [d.extents[x] for x in red.over]))
+    return out
+
+
+def _rank_error(sig, arrays):
     """The first input whose rank is wrong, as a ShapeError naming it."""
-    for t, a in zip(cf.program.inputs, arrays):
+    for t, a in zip(sig.program.inputs, arrays):
         if a.ndim != t.ndim:
             return ShapeError(f"tensor {t.name}: expected rank {t.ndim} (shape {t.shape}), "
                               f"got an array of rank {a.ndim} (shape {a.shape})")
     return ShapeError("an input has the wrong rank")
 
 
-def _dim_error(cf, pos, axis, got, expected):
-    t = cf.program.inputs[pos]
+def _dim_error(sig, pos, axis, got, expected):
+    t = sig.program.inputs[pos]
     return ShapeError(f"tensor {t.name}, dimension {axis}: expected {t.shape[axis]} = "
                       f"{expected}, got {got}")
 
 
-def _prepare_out(cf, out, shapes, inputs):
+def _prepare_out(sig, out, shapes, inputs):
     """Validate `out=`; returns (inputs, arrays to write, (results to copy back))."""
     outs = out if isinstance(out, tuple) else (out,)
     if len(outs) != len(shapes):
         raise ValueError(f"out= needs {len(shapes)} arrays, got {len(outs)}")
     targets, finish = [], []
     inputs = list(inputs)
-    for o, shape, d in zip(outs, shapes, cf.program.outputs):
+    names = [d.name for d in sig.program.outputs]
+    for n, o in enumerate(outs):
+        for m in range(n):
+            if isinstance(o, np.ndarray) and np.may_share_memory(o, outs[m]):
+                raise ValueError(f"out= for {names[m]} and for {names[n]} overlap: each "
+                                 "output needs memory of its own")
+    for o, shape, d in zip(outs, shapes, sig.program.outputs):
         if not isinstance(o, np.ndarray):
             raise TypeError(f"out= for {d.name} must be a numpy array, not {type(o).__name__}")
         if o.shape != shape:
@@ -324,16 +423,48 @@ def _finish_out(out, targets, finish):
     return out
 
 
-def _status(cf, status, inputs, targets, params):
-    """A non-zero kernel status: retry misaligned arrays with aligned copies."""
-    if status == codegen.STATUS_NOMEM:
-        raise MemoryError(f"{cf.symbol}: could not allocate an intermediate buffer")
-    if status != codegen.STATUS_MISALIGNED:
-        raise RuntimeError(f"{cf.symbol}: kernel returned status {status}")
+def _status(sig, status, inputs, targets, params):
+    """A non-zero kernel status: retry misaligned arrays with aligned copies, or raise
+    the error the status stands for."""
+    code, detail = status & 0xFF, status >> codegen.STATUS_DETAIL_SHIFT
+    if code == codegen.STATUS_INTERRUPTED:
+        # Python's SIGINT handler has been called (tex's chains to it): run it, which
+        # raises KeyboardInterrupt; a handler that does not raise still ends the call,
+        # whose results are incomplete
+        ctypes.pythonapi.PyErr_CheckSignals()
+        raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
+    if code in (codegen.STATUS_NOMEM, codegen.STATUS_TOO_LARGE):
+        what = _describe_buffer(sig, detail - 1, inputs, params)
+        if code == codegen.STATUS_NOMEM:
+            raise MemoryError(f"{sig.symbol}: could not allocate {what}")
+        raise MemoryError(f"{sig.symbol}: {what} is larger than any machine's memory "
+                          f"(more than 2**62 bytes)")
+    if code != codegen.STATUS_MISALIGNED:
+        raise RuntimeError(f"{sig.symbol}: kernel returned status {status}")
     ins = [np.array(a, copy=True) for a in inputs]
     outs = [np.empty(t.shape, t.dtype) for t in targets]
-    st = cf._cfunc(*ins, *outs, *params)
+    st = sig.cfunc(*ins, *outs, *params)
     if st:
-        raise RuntimeError(f"{cf.symbol}: kernel returned status {st} on aligned copies")
+        if st & 0xFF != codegen.STATUS_MISALIGNED:
+            return _status(sig, st, ins, outs, params)
+        raise RuntimeError(f"{sig.symbol}: kernel returned status {st} on aligned copies")
     for t, o in zip(targets, outs):
         np.copyto(t, o)
+
+
+def _describe_buffer(sig, number, inputs, params):
+    """`buffer C_part of shape (P, M, N) = (4, 100, 100), float32`: the intermediate
+    buffer `number` (in codegen.kernel_buffers order) with its size at this call."""
+    kernel = sig.kernel
+    buffers = codegen.kernel_buffers(kernel)
+    if not 0 <= number < len(buffers):
+        return "an intermediate buffer"
+    buf = buffers[number]
+    values = {s: inputs[pos].shape[axis] for s, (pos, axis) in kernel.bindings.items()}
+    values.update(zip(kernel.params, params))
+    shape = ", ".join(str(d) for d in buf.shape)
+    try:
+        sizes = ", ".join(str(sp.sympify(d).subs(values)) for d in buf.shape)
+    except (TypeError, ValueError):
+        sizes = "?"
+    return f"buffer {buf.name} of shape ({shape}) = ({sizes}), {np.dtype(buf.dtype).name}"

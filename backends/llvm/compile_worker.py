@@ -1,0 +1,78 @@
+"""The compiler process: LLVM IR in, optimized object code (or assembly) out.
+
+tex runs LLVM's optimizer here, in a child process, not in the user's. Two reasons:
+llvmlite's new-pass-manager bindings leak about 100 KB per optimized module (the pass
+builder's instrumentation is never freed), so a long notebook session would grow
+without bound; and an LLVM assertion or crash on some module ends this process, which
+the parent reports as an error, instead of the user's interpreter.
+
+Run as a script (`python compile_worker.py CPU FEATURES`), so that it imports only the
+standard library and llvmlite. The protocol on stdin/stdout is a sequence of frames,
+each an 8-byte little-endian length and a payload:
+
+    request   b"o" + IR text     optimize at O3 and emit an object file
+              b"a" + IR text     optimize at O3 and emit assembly text
+    response  b"k" + bytes       the object (or the assembly, UTF-8)
+              b"e" + text        an error (a parse or verifier failure), UTF-8
+
+The process exits when its stdin closes.
+"""
+import struct
+import sys
+
+
+def read_frame(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        return None
+    (length,) = struct.unpack("<Q", head)
+    payload = stream.read(length)
+    if len(payload) < length:
+        return None
+    return payload
+
+
+def write_frame(stream, payload):
+    stream.write(struct.pack("<Q", len(payload)) + payload)
+    stream.flush()
+
+
+def optimize(llvm, machine, text):
+    """Parse (in a context of its own), verify and run the O3 pipeline."""
+    mod = llvm.parse_assembly(text, context=llvm.create_context())
+    mod.triple = llvm.get_process_triple()
+    mod.data_layout = str(machine.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(machine, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def main(cpu, features):
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    machine = target.create_target_machine(cpu=cpu, features=features, opt=3,
+                                           codemodel="jitdefault")
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        request = read_frame(stdin)
+        if request is None:
+            return
+        kind, text = request[:1], request[1:].decode()
+        try:
+            mod = optimize(llvm, machine, text)
+            out = machine.emit_object(mod) if kind == b"o" else \
+                machine.emit_assembly(mod).encode()
+            write_frame(stdout, b"k" + out)
+        except Exception as err:       # a bad module: the parent raises it
+            write_frame(stdout, b"e" + f"{type(err).__name__}: {err}".encode())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,279 @@
+"""tex's thread runtime: a pool of worker threads for parallel loops, and the flag that
+makes long kernels stop on Ctrl-C. Machine code, built once per process from the LLVM
+IR below and linked into every kernel by symbol name.
+
+Why not libgomp: a libgomp team does not survive `fork()` (the child's first parallel
+region waits forever for threads that were not copied), libgomp may be missing, and an
+oversized team kills the process. This pool is small enough to own:
+
+    tex_rt_parallel(fn, ctx, threads)   runs fn(ctx, t, team) for t in 0..team on
+                                        team = min(threads, workers + 1) threads, the
+                                        caller being thread 0, and returns when all are
+                                        done. A region entered while another runs (a
+                                        nested parallel loop, a second Python thread)
+                                        runs on the caller alone: fn(ctx, 0, 1).
+    tex_rt_reset()                      forgets the workers: called in the child after
+                                        a fork (they were not copied), and at load.
+    tex_rt_arm()                        puts tex_rt_on_sigint in front of the process's
+                                        SIGINT handler (Python's), which it then calls:
+                                        a Ctrl-C sets tex_rt_interrupt, which kernels
+                                        poll, and Python still sees the signal.
+    tex_rt_interrupt                    the flag (i32): each kernel clears it on entry
+                                        and its outer loops check it.
+
+Workers are created on demand (at most MAX_WORKERS) and sleep on a condition variable
+between regions, so they never take a core from numpy's BLAS threads (a spinning pool
+does, ANCHORS.md workload 10). The struct sizes are glibc's on x86-64 Linux (the only
+target tex runs on): pthread_mutex_t 40 bytes, pthread_cond_t 48 (64-byte slots here),
+struct sigaction 152.
+"""
+import ctypes
+import os
+import threading
+
+MAX_WORKERS = 255           # worker threads at most: tex.set_num_threads allows 256
+SA_SIGINFO = 4
+# the flags of the handler we replace that we keep (the others are the kernel's or
+# libc's business: SA_RESTORER is filled in by glibc)
+SA_KEEP = 0x08000000 | 0x10000000 | 0x40000000      # SA_ONSTACK | SA_RESTART | SA_NODEFER
+
+RUNTIME_IR = r"""
+%sigaction = type {{ ptr, [16 x i64], i32, ptr }}
+
+@tex_rt_lock = internal global [64 x i8] zeroinitializer, align 64
+@tex_rt_wake = internal global [64 x i8] zeroinitializer, align 64
+@tex_rt_done = internal global [64 x i8] zeroinitializer, align 64
+@tex_rt_generation = internal global i64 0
+@tex_rt_task = internal global ptr null
+@tex_rt_context = internal global ptr null
+@tex_rt_team = internal global i64 0
+@tex_rt_pending = internal global i64 0
+@tex_rt_workers = internal global i64 0
+@tex_rt_busy = internal global i32 0
+@tex_rt_interrupt = global i32 0
+@tex_rt_previous = internal global %sigaction zeroinitializer
+@tex_rt_ids = internal global [{slots} x i64] zeroinitializer
+@tex_rt_start = internal global [{slots} x i64] zeroinitializer
+
+declare i32 @pthread_mutex_init(ptr, ptr)
+declare i32 @pthread_mutex_lock(ptr)
+declare i32 @pthread_mutex_unlock(ptr)
+declare i32 @pthread_cond_init(ptr, ptr)
+declare i32 @pthread_cond_wait(ptr, ptr)
+declare i32 @pthread_cond_signal(ptr)
+declare i32 @pthread_cond_broadcast(ptr)
+declare i32 @pthread_create(ptr, ptr, ptr, ptr)
+declare i32 @pthread_detach(i64)
+declare i32 @sigaction(i32, ptr, ptr)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+
+; a worker: sleep until the generation changes, run the task if it is a member of the
+; team, count itself done, sleep again
+define internal ptr @tex_rt_worker(ptr %arg) {{
+entry:
+  %seen = alloca i64
+  %id = load i64, ptr %arg
+  %startp = getelementptr i64, ptr @tex_rt_start, i64 %id
+  %start = load i64, ptr %startp
+  store i64 %start, ptr %seen
+  call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  br label %wait
+wait:
+  %gen = load i64, ptr @tex_rt_generation
+  %last = load i64, ptr %seen
+  %same = icmp eq i64 %gen, %last
+  br i1 %same, label %sleep, label %run
+sleep:
+  call i32 @pthread_cond_wait(ptr @tex_rt_wake, ptr @tex_rt_lock)
+  br label %wait
+run:
+  store i64 %gen, ptr %seen
+  %team = load i64, ptr @tex_rt_team
+  %fn = load ptr, ptr @tex_rt_task
+  %ctx = load ptr, ptr @tex_rt_context
+  %member = icmp slt i64 %id, %team
+  br i1 %member, label %work, label %wait
+work:
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  call void %fn(ptr %ctx, i64 %id, i64 %team)
+  call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  %pending = load i64, ptr @tex_rt_pending
+  %left = sub i64 %pending, 1
+  store i64 %left, ptr @tex_rt_pending
+  %all = icmp eq i64 %left, 0
+  br i1 %all, label %signal, label %wait
+signal:
+  call i32 @pthread_cond_signal(ptr @tex_rt_done)
+  br label %wait
+}}
+
+define void @tex_rt_parallel(ptr %fn, ptr %ctx, i64 %threads) {{
+entry:
+  %handle = alloca i64
+  %many = icmp sgt i64 %threads, 1
+  br i1 %many, label %claim, label %alone
+claim:
+  %pair = cmpxchg ptr @tex_rt_busy, i32 0, i32 1 acquire monotonic
+  %claimed = extractvalue {{ i32, i1 }} %pair, 1
+  br i1 %claimed, label %locked, label %alone
+alone:
+  call void %fn(ptr %ctx, i64 0, i64 1)
+  ret void
+locked:
+  call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  %helpers = sub i64 %threads, 1
+  %cap = icmp slt i64 %helpers, {max_workers}
+  %want = select i1 %cap, i64 %helpers, i64 {max_workers}
+  br label %spawn.test
+spawn.test:
+  %have = load i64, ptr @tex_rt_workers
+  %more = icmp slt i64 %have, %want
+  br i1 %more, label %spawn, label %start
+spawn:
+  %id = add i64 %have, 1
+  %idp = getelementptr i64, ptr @tex_rt_ids, i64 %id
+  store i64 %id, ptr %idp
+  %gen0 = load i64, ptr @tex_rt_generation
+  %startp = getelementptr i64, ptr @tex_rt_start, i64 %id
+  store i64 %gen0, ptr %startp
+  %err = call i32 @pthread_create(ptr %handle, ptr null, ptr @tex_rt_worker, ptr %idp)
+  %failed = icmp ne i32 %err, 0
+  br i1 %failed, label %start, label %spawned
+spawned:
+  %h = load i64, ptr %handle
+  call i32 @pthread_detach(i64 %h)
+  store i64 %id, ptr @tex_rt_workers
+  br label %spawn.test
+start:
+  %workers = load i64, ptr @tex_rt_workers
+  %size = add i64 %workers, 1
+  %fits = icmp slt i64 %threads, %size
+  %team = select i1 %fits, i64 %threads, i64 %size
+  store ptr %fn, ptr @tex_rt_task
+  store ptr %ctx, ptr @tex_rt_context
+  store i64 %team, ptr @tex_rt_team
+  %others = sub i64 %team, 1
+  store i64 %others, ptr @tex_rt_pending
+  %gen = load i64, ptr @tex_rt_generation
+  %next = add i64 %gen, 1
+  store i64 %next, ptr @tex_rt_generation
+  call i32 @pthread_cond_broadcast(ptr @tex_rt_wake)
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  call void %fn(ptr %ctx, i64 0, i64 %team)
+  call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  br label %join
+join:
+  %pending = load i64, ptr @tex_rt_pending
+  %done = icmp eq i64 %pending, 0
+  br i1 %done, label %finish, label %await
+await:
+  call i32 @pthread_cond_wait(ptr @tex_rt_done, ptr @tex_rt_lock)
+  br label %join
+finish:
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  store atomic i32 0, ptr @tex_rt_busy release, align 4
+  ret void
+}}
+
+define void @tex_rt_reset() {{
+entry:
+  call i32 @pthread_mutex_init(ptr @tex_rt_lock, ptr null)
+  call i32 @pthread_cond_init(ptr @tex_rt_wake, ptr null)
+  call i32 @pthread_cond_init(ptr @tex_rt_done, ptr null)
+  store i64 0, ptr @tex_rt_workers
+  store i64 0, ptr @tex_rt_pending
+  store i64 0, ptr @tex_rt_team
+  store i32 0, ptr @tex_rt_busy
+  ret void
+}}
+
+; sets the flag, then runs the handler it replaced (Python's), so Python still raises
+; KeyboardInterrupt when the kernel returns
+define internal void @tex_rt_on_sigint(i32 %sig, ptr %info, ptr %uc) {{
+entry:
+  store atomic i32 1, ptr @tex_rt_interrupt monotonic, align 4
+  %handler = load ptr, ptr @tex_rt_previous
+  %flagsp = getelementptr %sigaction, ptr @tex_rt_previous, i32 0, i32 2
+  %flags = load i32, ptr %flagsp
+  %siginfo = and i32 %flags, {sa_siginfo}
+  %three = icmp ne i32 %siginfo, 0
+  br i1 %three, label %with.info, label %plain
+with.info:
+  call void %handler(i32 %sig, ptr %info, ptr %uc)
+  ret void
+plain:
+  call void %handler(i32 %sig)
+  ret void
+}}
+
+; chain tex_rt_on_sigint in front of the current SIGINT handler, unless it is there
+; already or there is no handler to chain to (SIG_DFL, SIG_IGN: Ctrl-C keeps its meaning)
+define void @tex_rt_arm() {{
+entry:
+  %current = alloca %sigaction
+  %new = alloca %sigaction
+  call i32 @sigaction(i32 2, ptr null, ptr %current)
+  %handler = load ptr, ptr %current
+  %ours = icmp eq ptr %handler, @tex_rt_on_sigint
+  %default = icmp eq ptr %handler, null
+  %ignored = icmp eq ptr %handler, inttoptr (i64 1 to ptr)
+  %skip1 = or i1 %ours, %default
+  %skip = or i1 %skip1, %ignored
+  br i1 %skip, label %done, label %install
+install:
+  call void @llvm.memcpy.p0.p0.i64(ptr @tex_rt_previous, ptr %current, i64 152, i1 false)
+  call void @llvm.memcpy.p0.p0.i64(ptr %new, ptr %current, i64 152, i1 false)
+  store ptr @tex_rt_on_sigint, ptr %new
+  %flagsp = getelementptr %sigaction, ptr %new, i32 0, i32 2
+  %flags = load i32, ptr %flagsp
+  %kept = and i32 %flags, {sa_keep}
+  %with = or i32 %kept, {sa_siginfo}
+  store i32 %with, ptr %flagsp
+  %restorer = getelementptr %sigaction, ptr %new, i32 0, i32 3
+  store ptr null, ptr %restorer
+  call i32 @sigaction(i32 2, ptr %new, ptr null)
+  br label %done
+done:
+  ret void
+}}
+""".format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
+           sa_keep=SA_KEEP)
+
+EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm")
+
+
+class Runtime:
+    """The loaded runtime: its engine (kept alive for the process) and entry points."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.addresses = {name: engine.get_function_address(name) for name in EXPORTS}
+        self.addresses["tex_rt_interrupt"] = engine.get_global_value_address("tex_rt_interrupt")
+        proto = ctypes.CFUNCTYPE(None)
+        self.reset = proto(self.addresses["tex_rt_reset"])
+        self.arm = proto(self.addresses["tex_rt_arm"])
+        self.interrupt = ctypes.c_int32.from_address(self.addresses["tex_rt_interrupt"])
+
+
+_runtime = []
+_lock = threading.Lock()
+
+
+def runtime():
+    """The process's Runtime, built (or loaded from the disk cache) on first use; its
+    symbols are then visible to every kernel the JIT links."""
+    if _runtime:
+        return _runtime[0]
+    with _lock:
+        if not _runtime:
+            import llvmlite.binding as llvm
+            from . import jit
+            _, engine = jit.load(RUNTIME_IR, "tex_rt_parallel", kind="runtime")
+            rt = Runtime(engine)
+            for name, address in rt.addresses.items():
+                llvm.add_symbol(name, address)
+            rt.reset()
+            # the workers are not copied into a forked child: it starts a pool of its own
+            os.register_at_fork(after_in_child=rt.reset)
+            _runtime.append(rt)
+    return _runtime[0]

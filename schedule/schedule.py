@@ -422,7 +422,12 @@ class Schedule:
                 raise ScheduleError(f"{defn} is not a specialization of {base}")
             return specs[int(number) - 1]
         if isinstance(defn, str):
-            defn = self.program.tensor(defn)
+            found = [d for d in self._stages if d.name == defn]
+            if not found:
+                names = ", ".join(d.name for d in self.program.definitions)
+                raise ScheduleError(f"{defn!r} is not a definition of this schedule's program "
+                                    f"(its definitions: {names})")
+            defn = found[0]
         if defn not in self._stages:
             name = getattr(defn, "name", defn)
             raise ScheduleError(f"{name} is not a definition of this schedule's program")

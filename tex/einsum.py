@@ -277,10 +277,12 @@ def einsum_program(subscripts, *operands, dtype=None, casting="safe", optimize="
     return _build(subscripts, operands, dtype, casting, optimize, name)[0]
 
 
-def _build(subscripts, operands, dtype, casting, optimize, name):
-    """-> (Program, the operands' tensors, result dtype, (operand, axis) of each output dim)."""
-    if not isinstance(subscripts, str):
-        subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
+_Plan = collections.namedtuple("_Plan", "specs dims output extents result path")
+
+
+def _plan(subscripts, operands, dtype, casting, optimize):
+    """The labels of each operand's dimensions (None: broadcast), the output's labels,
+    each label's extent, the result dtype and the contraction path."""
     if not operands:
         raise ValueError("must specify the einstein sum subscripts string and at least one "
                          "operand")
@@ -288,6 +290,27 @@ def _build(subscripts, operands, dtype, casting, optimize, name):
     labels, output = expand(subscripts, tuple(len(s.shape) for s in specs))
     extents, dims, path_sizes = resolve_labels(labels, specs)
     result = result_dtype([s.dtype for s in specs], dtype, casting)
+    shapes = [tuple(1 if lb is None else path_sizes[lb] for lb in d) for d in dims]
+    path = contraction_path(subscripts, optimize, shapes)
+    return _Plan(specs, dims, output, extents, result, path)
+
+
+def _step_keep(output, picked, terms, last):
+    """The labels a contraction step keeps: the output's (last step), else those the
+    output or a later step needs, in order of first appearance."""
+    if last:
+        return output
+    needed = set(output).union(*(t[1] for t in terms))
+    return tuple(dict.fromkeys(lb for t in picked for lb in t[1]
+                               if lb is not None and lb in needed))
+
+
+def _build(subscripts, operands, dtype, casting, optimize, name):
+    """-> (Program, the operands' tensors, result dtype, (operand, axis) of each output dim)."""
+    if not isinstance(subscripts, str):
+        subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
+    specs, dims, output, extents, result, path = _plan(subscripts, operands, dtype, casting,
+                                                       optimize)
     if name is None:
         tex_operands = any(s.tensor is not None for s in specs)
         name = f"einsum{next(_names)}" if tex_operands else "einsum"
@@ -295,20 +318,17 @@ def _build(subscripts, operands, dtype, casting, optimize, name):
     tensors = [s.tensor if s.tensor is not None else
                tensor(f"{prefix}op{k}", [1 if lb is None else extents[lb] for lb in d], s.dtype)
                for k, (s, d) in enumerate(zip(specs, dims))]
-    shapes = [tuple(1 if lb is None else path_sizes[lb] for lb in d) for d in dims]
-    path = contraction_path(subscripts, optimize, shapes)
 
     terms = [(t, d, True) for t, d in zip(tensors, dims)]     # (tensor, labels, is operand)
     for step, positions in enumerate(path):
         picked = [terms[p] for p in positions]
         for p in sorted(positions, reverse=True):
             del terms[p]
-        if step == len(path) - 1:
-            keep, out_dtype, step_name = output, result, name
+        last = step == len(path) - 1
+        keep = _step_keep(output, picked, terms, last)
+        if last:
+            out_dtype, step_name = result, name
         else:
-            needed = set(output).union(*(t[1] for t in terms))
-            keep = tuple(dict.fromkeys(lb for t in picked for lb in t[1]
-                                       if lb is not None and lb in needed))
             out_dtype, step_name = dtypes.accumulator(result), f"{prefix}t{step}"
         terms.append((_contract(step_name, picked, keep, result, out_dtype), keep, False))
     out_dims = tuple(next((k, d.index(lb)) for k, d in enumerate(dims) if lb in d)
@@ -345,7 +365,6 @@ _Kernel = collections.namedtuple("_Kernel", "fn perm dtype scalar out_dims guard
 
 _kernels = {}       # (subscripts, dtype, casting, optimize, per operand: dtype, ones or ndim)
 _guards = {}        # subscripts -> the guard of its last kernel used with default keywords
-_MAX_KERNELS = 1024
 _MISS = object()
 _ndarray = np.ndarray
 
@@ -427,21 +446,116 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
 
 
 def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
-    """A cache miss: build the program for these operands and compile it."""
-    program, tensors, result, out_dims = _build(subscripts, arrays, dtype, casting, optimize,
-                                                "einsum")
+    """A cache miss: compile these operands' einsum. Two operands (or one) are one
+    kernel; more run the contraction path one step after another, each step a kernel
+    of its own (so compile time grows with the number of steps, not faster), compiled
+    once for each distinct step: the steps of a chain of matrix products are all
+    `ab,bc->ac` and share one kernel."""
+    plan = _plan(subscripts, arrays, dtype, casting, optimize)
+    out_dims = tuple(next((k, d.index(lb)) for k, d in enumerate(plan.dims) if lb in d)
+                     for lb in plan.output)
+    if len(plan.path) > 1:
+        fn, perm = _chain(plan), None
+    else:
+        program, tensors, _, _ = _build(subscripts, arrays, dtype, casting, optimize, "einsum")
+        fn, perm = _compile_with_order(program, tensors)
+    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs])
+    entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
+    _remember(_kernels, key, entry)
+    return entry
+
+
+def _remember(cache, key, entry):
+    """Insert into one of einsum's caches, dropping the oldest entry when it is full (as
+    many entries as compiled kernels the JIT keeps: an entry holds its kernel's code)."""
+    from .backends.llvm.jit import kernel_cache_size
+    while len(cache) >= kernel_cache_size():
+        del cache[next(iter(cache))]
+        _guards.clear()
+    cache[key] = entry
+
+
+def _compile_with_order(program, tensors):
+    """(the compiled program's call path, the operands' order in its signature, or None
+    when it is theirs)."""
     position = {t: k for k, t in enumerate(tensors)}
     perm = tuple(position[t] for t in program.inputs)
     compiled = compile_program(program)
     # a CompiledFunction's instance `__call__` is its generated call path: one frame less
-    fn, perm = compiled.__call__, None if perm == tuple(range(len(perm))) else perm
-    guard = _make_guard(fn, perm, not out_dims, [t.dtype for t in tensors])
-    entry = _Kernel(fn, perm, result, not out_dims, out_dims, guard)
-    if len(_kernels) >= _MAX_KERNELS:
-        del _kernels[next(iter(_kernels))]
-        _guards.clear()
-    _kernels[key] = entry
-    return entry
+    return compiled.__call__, None if perm == tuple(range(len(perm))) else perm
+
+
+_steps = {}         # a contraction step's canonical form -> (call path, operand order)
+
+
+def _chain(plan):
+    """`run(*operands, out=None)`: the contraction path of `plan`, a step at a time."""
+    terms = [(d, True, s.dtype) for s, d in zip(plan.specs, plan.dims)]
+    steps = []
+    for step, positions in enumerate(plan.path):
+        picked = [terms[p] for p in positions]
+        for p in sorted(positions, reverse=True):
+            del terms[p]
+        last = step == len(plan.path) - 1
+        out_dtype = plan.result if last else dtypes.accumulator(plan.result)
+        needed = None if last else set(plan.output).union(*(t[0] for t in terms))
+        fn, order, keep = _step_kernel(picked, plan.output if last else needed,
+                                       plan.result, out_dtype)
+        steps.append((tuple(positions[k] for k in order), fn))
+        terms.append((keep, False, out_dtype))
+
+    def run(*operands, out=None):
+        values = list(operands)
+        for n, (positions, fn) in enumerate(steps):
+            args = [values[p] for p in positions]
+            for p in sorted(positions, reverse=True):
+                del values[p]
+            values.append(fn(*args) if out is None or n < len(steps) - 1 else fn(*args, out=out))
+        return values[0]
+    return run
+
+
+def _step_kernel(picked, keep, result, out_dtype):
+    """(call path, the order of `picked` it takes, the labels of its result) of one
+    contraction step, compiled once per canonical form: the terms in the order whose
+    labels, renamed 'a', 'b', ... as they appear, give the smallest key, so that
+    `ij,jk` and `jk,ij` -- and every step of a chain of matrix products -- share one
+    kernel. `keep` is the output's labels (the last step), or the set of labels later
+    steps need, kept in order of appearance."""
+    best = None
+    for order in itertools.permutations(range(len(picked))) if len(picked) <= 3 else \
+            [tuple(range(len(picked)))]:
+        rename = {}
+        for k in order:
+            for lb in picked[k][0]:
+                if lb is not None:
+                    rename.setdefault(lb, string.ascii_letters[len(rename)])
+        kept = keep if isinstance(keep, tuple) else tuple(lb for lb in rename if lb in keep)
+        canon = tuple((tuple(None if lb is None else rename[lb] for lb in picked[k][0]),
+                       picked[k][1], picked[k][2]) for k in order)
+        key = (canon, tuple(rename[lb] for lb in kept), result, out_dtype)
+        if best is None or repr(key) < repr(best[0]):
+            best = (key, order, kept)
+    key, order, kept = best
+    hit = _steps.get(key)
+    if hit is None:
+        canon, out_labels = key[0], key[1]
+        size = {c: sizes(f"n_{c}") for labels, _, _ in canon for c in labels if c}
+        tensors = [tensor(f"op{k}", [1 if lb is None else size[lb] for lb in labels], dt)
+                   for k, (labels, _, dt) in enumerate(canon)]
+        program = Program(_contract("einsum", [(t, labels, is_op) for t, (labels, is_op, _)
+                                               in zip(tensors, canon)],
+                                    out_labels, result, out_dtype))
+        fn, perm = _compile_with_order(program, tensors)
+        hit = fn if perm is None else _reordered(fn, perm)
+        _remember(_steps, key, hit)
+    return hit, order, kept
+
+
+def _reordered(fn, perm):
+    def call(*args, out=None):
+        return fn(*[args[p] for p in perm], out=out)
+    return call
 
 
 def compile_program(program):

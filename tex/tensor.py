@@ -89,6 +89,13 @@ def compute(name, out_indices, expr):
     if len(set(out_indices)) != len(out_indices):
         raise ValueError(f"compute {name}: an output index appears twice")
     expr = as_expr(expr)
+    for node in walk(expr):
+        if isinstance(node, Reduce):
+            both = [x for x in node.over if x in out_indices]
+            if both:
+                raise ValueError(f"compute {name}: index {both[0].name} is an output index "
+                                 f"and is reduced ({node.combiner}(..., over={both[0].name})) "
+                                 "in the body; reduce over another index")
     missing = free_indices(expr) - set(out_indices)
     if missing:
         names = ", ".join(sorted(map(str, missing)))

@@ -3,8 +3,9 @@
 This is the specification every compiled kernel is tested against. It evaluates each
 definition on the full grid of its indices (memory = product of the extents), so it is
 meant for test-sized inputs. Semantics that NumPy leaves open are fixed here and matched
-by the compiled code: reductions over an empty range give the combiner's identity
-(argmax/argmin give 0); integer division by zero gives 0.
+by the compiled code: sums and products over an empty range give the combiner's
+identity, and max/min/argmax/argmin refuse one as numpy does (ValueError); integer
+division by zero gives 0.
 """
 import math
 
@@ -15,7 +16,6 @@ from tex.errors import ShapeError
 from tex.expr import Access, Const, IndexValue, Op, Reduce, affine_terms
 from tex.program import as_program
 
-from ..scheduler.stage import identity
 
 
 def bind_sizes(program, arrays, params=None):
@@ -151,14 +151,18 @@ OPS.update({
 
 def _reduce(red, value, axes):
     comb, acc = red.combiner, red.dtype
+    kept = [s for a, s in enumerate(value.shape) if a not in axes]
+    if comb in ("max", "min", "argmax", "argmin") and 0 in [value.shape[a] for a in axes]:
+        if 0 not in kept:
+            raise ValueError(f"zero-size array to reduction operation {comb} which has no "
+                             "identity")
+        return np.zeros(kept, np.int64 if comb in ("argmax", "argmin") else acc)
     if comb in ("argmax", "argmin"):
         keep = [ax for ax in range(value.ndim) if ax not in axes]
         moved = np.moveaxis(value, axes, range(value.ndim - len(axes), value.ndim))
         # the reduced length explicitly: reshape cannot infer -1 when a kept axis is 0
         flat = moved.reshape([value.shape[a] for a in keep]
                              + [int(np.prod([value.shape[a] for a in axes]))])
-        if flat.shape[-1] == 0:
-            return np.zeros(flat.shape[:-1], np.int64)
         return (np.argmax if comb == "argmax" else np.argmin)(flat, axis=-1).astype(np.int64)
     value = value.astype(acc, copy=False)
     if acc.kind == "b":
@@ -171,7 +175,4 @@ def _reduce(red, value, axes):
     if comb == "prod":
         return np.prod(value, axis=axes, dtype=acc)
     fn = np.max if comb == "max" else np.min
-    if any(value.shape[a] == 0 for a in axes):
-        shape = [s for a, s in enumerate(value.shape) if a not in axes]
-        return np.full(shape, identity(comb, acc).value, acc)
     return fn(value, axis=axes)

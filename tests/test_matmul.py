@@ -152,7 +152,9 @@ def test_contraction_roles():
     i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "float32")
     assert contraction_roles(tex.compute("S", (i,), tex.sum(X[i, j], over=j))) is None
-    assert contraction_roles(tex.compute("T", (i, j), tex.max(X[i, j] * X[i, j], over=i))) \
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    k = tex.indices("k")
+    assert contraction_roles(tex.compute("T", (i, j), tex.max(A[i, k] * B[k, j], over=k))) \
         is None
 
 

@@ -97,10 +97,18 @@ def test_random_schedules_match_reference(case, seed):
     call-time P), privatize, packs of both layouts, fusion."""
     name, s, sizes, params = case
     program = s.program
-    f = tex.compile(s)
+    # one case in 16 checks every access of the generated code (bounds_check): a legal
+    # schedule never reads or writes outside a buffer
+    f = tex.compile(s, bounds_check=seed % 16 == 0)
     arrays = _inputs(program, np.random.default_rng(seed), sizes)
-    got = f(*arrays, **{p: v for p, v in params.items() if p in f.param_names})
-    want, = numpy_ref.evaluate(program, arrays)
+    kwargs = {p: v for p, v in params.items() if p in f.param_names}
+    try:
+        want, = numpy_ref.evaluate(program, arrays)
+    except ValueError:                       # a max over an empty axis: numpy refuses
+        with pytest.raises(ValueError, match="zero-size array"):
+            f(*arrays, **kwargs)
+        return
+    got = f(*arrays, **kwargs)
     if want.dtype.kind == "f":
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=1e-4, err_msg=str(s))
     else:
@@ -230,7 +238,7 @@ def test_golden_split_k_with_call_time_parts():
         np.testing.assert_allclose(f(a, b, P=parts), a @ b, rtol=1e-5, atol=1e-5)
     with pytest.raises(TypeError, match="missing call-time parameter P"):
         f(a, b)
-    with pytest.raises(ValueError, match="parameter P must be positive"):
+    with pytest.raises(ValueError, match="parameter P must be from 1"):
         f(a, b, P=0)
 
 

@@ -91,7 +91,12 @@ def _differential(f, defn, make, sizes=SIZES, dtype=None):
     rng = np.random.default_rng(0)
     for n in sizes:
         for layout, a in _layouts(rng, make, n):
-            want = numpy_ref.evaluate(defn, [a])[0]
+            try:
+                want = numpy_ref.evaluate(defn, [a])[0]
+            except ValueError:                   # max over an empty row: numpy refuses
+                with pytest.raises(ValueError, match="zero-size array"):
+                    f(a)
+                continue
             got = f(a)
             try:
                 _check(got, want, dtype or a.dtype, n)

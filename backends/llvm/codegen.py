@@ -14,15 +14,16 @@ Index arithmetic is 64-bit and follows Python's floor semantics for `//` and `%`
 Element strides may be negative or zero, so views work without copies.
 """
 import contextlib
+from dataclasses import dataclass
 
 import numpy as np
 import sympy as sp
 from llvmlite import ir
 
-from tex.expr import Access, CeilDiv, Const, IndexValue, Op
+from tex.expr import Access, CeilDiv, Const, Index, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
-                             Update, walk)
+                             Update, map_nest, walk)
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -150,8 +151,13 @@ class Builder(ir.IRBuilder):
 class Codegen:
     """Builds the LLVM module of one Kernel. Use `build(kernel, name)`."""
 
-    def __init__(self, kernel, name, fast_math=True):
+    def __init__(self, kernel, name, fast_math=True, bounds_check=False):
+        if bounds_check:        # every access checked one element at a time
+            kernel = map_nest(kernel, _scalar_loops)
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
+        self.bounds_check = bounds_check
+        self.checks = []         # BoundsCheck of each checked access, by number
+        self.stage = None        # the definition whose statements are being emitted
         self.module = ir.Module(name=name)
         self.buffers = kernel_buffers(kernel)
         self.contract = False  # set while emitting a fast-math reduction's value
@@ -428,6 +434,7 @@ class Codegen:
     # ------------------------------------------------------------ statements
     def _stmt(self, s):
         if isinstance(s, Stage):
+            self.stage = s.definition
             for c in s.body:
                 self._stmt(c)
         elif isinstance(s, Loop):
@@ -713,6 +720,8 @@ class Codegen:
                            lambda: self._address(buf, base, strides, index))
 
     def _address(self, buf, base, strides, index):
+        if self.bounds_check:
+            self._check_bounds(buf, index)
         offset = None
         for ix, st in zip(index, strides):
             term = self.b.mul(self.index(ix), st)
@@ -720,6 +729,40 @@ class Codegen:
         if offset is None:
             return base
         return self.b.gep(base, [offset], source_etype=memory_type(buf.dtype))
+
+    def _check_bounds(self, buf, index):
+        """bounds_check mode: leave with STATUS_OUT_OF_BOUNDS (detail: the check's
+        number in self.checks) when an index of `buf[index]` is outside its dimension,
+        after writing the index, the dimension and the enclosing loops' values to the
+        kernel's `<name>.bounds` record for the error message."""
+        b = self.b
+        loops = [(v, value) for v, value in self.env.items() if isinstance(v, Index)]
+        loops = loops[-BOUNDS_LOOPS:]
+        for axis, (ix, d) in enumerate(zip(index, buf.shape)):
+            value, dim = self.index(ix), self.index(d)
+            number = len(self.checks)
+            self.checks.append(BoundsCheck(buf.name, axis, ix, d, tuple(v for v, _ in loops),
+                                           getattr(self.stage, "name", "?")))
+            bad = self.fn.append_basic_block("bounds.bad")
+            ok = b.dominated(self.fn.append_basic_block("bounds.ok"))
+            b.cbranch(b.icmp_unsigned(">=", value, dim), bad, ok)    # < 0 is >= as unsigned
+            b.position_at_end(bad)
+            record = self._bounds_record()
+            for slot, v in enumerate([value, dim, ir.Constant(I64, len(loops))] +
+                                     [x for _, x in loops]):
+                b.store(v, record.gep([ir.Constant(I32, 0), ir.Constant(I32, slot)]))
+            b.store(ir.Constant(I32, STATUS_OUT_OF_BOUNDS | number << STATUS_DETAIL_SHIFT),
+                    self.status)
+            b.branch(self.fail_block)
+            b.position_at_end(ok)
+
+    def _bounds_record(self):
+        name = f"{self.name}.bounds"
+        record = self.module.globals.get(name)
+        if record is None:
+            record = ir.GlobalVariable(self.module, ir.ArrayType(I64, 3 + BOUNDS_LOOPS), name)
+            record.initializer = ir.Constant(record.value_type, None)
+        return record
 
     def _load(self, ptr, dt):
         v = self.b.load(ptr, typ=memory_type(dt), align=np.dtype(dt).itemsize)
@@ -883,7 +926,36 @@ def settings():
     return f"register_bits={vector_plan.register_bits()} vnni={vector.USE_VNNI}"
 
 
-def build(kernel, name, fast_math=True):
+def build(kernel, name, fast_math=True, bounds_check=False):
     """Kernel -> llvmlite.ir.Module with entry point `name`."""
     assert isinstance(kernel, Kernel)
-    return Codegen(kernel, name, fast_math).build()
+    return Codegen(kernel, name, fast_math, bounds_check).build()
+
+
+def bounds_checks(kernel, name, fast_math=True):
+    """The BoundsCheck records of a bounds_check kernel, by number (code generation is
+    deterministic: they number the checks of the machine code built from this kernel)."""
+    cg = Codegen(kernel, name, fast_math, bounds_check=True)
+    cg.build()
+    return cg.checks
+
+
+@dataclass(frozen=True)
+class BoundsCheck:
+    """One checked dimension of one access (bounds_check mode)."""
+    buffer: str
+    axis: int
+    index: object            # the index expression, over loop variables and sizes
+    dimension: object        # the buffer's dimension (a size expression)
+    loops: tuple             # the enclosing loops' variables whose values are recorded
+    stage: str
+
+
+BOUNDS_LOOPS = 8             # enclosing loops recorded for a failed bounds check
+
+
+def _scalar_loops(node):
+    """bounds_check mode runs vector loops as serial ones."""
+    if isinstance(node, Loop) and node.kind is LoopKind.VECTOR:
+        return node.replace(kind=LoopKind.SERIAL)
+    return node

@@ -24,6 +24,7 @@ from tex.expr import AutoParts, CeilDiv
 from tex.program import as_program
 
 from ...scheduler.ir import Scope, structure_key
+from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
 from . import codegen, jit, threads
 from .threads import MAX_WORKERS
@@ -81,8 +82,13 @@ def get_num_threads():
     return _NUM_THREADS[0]
 
 
-def compile(target, fast_math=True, name=None):
-    """Compile a schedule, a definition, a tuple of definitions or a Program."""
+def compile(target, fast_math=True, name=None, bounds_check=None):
+    """Compile a schedule, a definition, a tuple of definitions or a Program.
+
+    `bounds_check=True` (or TEX_BOUNDS_CHECK=1 in the environment) checks every load
+    and store of the generated code, which then runs one element at a time: an index
+    outside its dimension raises IndexError naming the tensor, the index and the loops
+    (for debugging a schedule; a correct kernel never trips it)."""
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
         sched = default_schedule(as_program(target), fast_math)
@@ -90,19 +96,28 @@ def compile(target, fast_math=True, name=None):
         sched = Schedule(target.program, fast_math=False).replay(target.history)
     else:
         sched = target
-    kernel = sched.kernel()
-    program = sched.program
+    if bounds_check is None:
+        bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
+    return compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check))
+
+
+def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False):
+    """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
 
     def make_ir():
         if not ir_text:
-            ir_text.append(str(codegen.build(kernel, symbol, fast_math)))
+            ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check)))
         return ir_text[0]
-    text = f"{symbol} fast_math={fast_math} {codegen.settings()}\n{structure_key(kernel)}"
+    text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
+            f"{codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
     address, engine = jit.load(text, symbol, make_ir)
-    return CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    compiled = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    if bounds_check:
+        compiled._sig.bounds = (fast_math, engine.get_global_value_address(f"{symbol}.bounds"))
+    return compiled
 
 
 class Signature:
@@ -120,6 +135,7 @@ class Signature:
                                                   + [ctypes.c_int64] * (len(kernel.params) + 1)))
         self.cfunc = proto(address)
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
+        self.bounds = None       # bounds_check kernels: (fast_math, address of the record)
 
 
 class CompiledFunction:
@@ -433,6 +449,8 @@ def _status(sig, status, inputs, targets, params):
         # whose results are incomplete
         ctypes.pythonapi.PyErr_CheckSignals()
         raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
+    if code == codegen.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
+        raise IndexError(_bounds_message(sig, detail))
     if code in (codegen.STATUS_NOMEM, codegen.STATUS_TOO_LARGE):
         what = _describe_buffer(sig, detail - 1, inputs, params)
         if code == codegen.STATUS_NOMEM:
@@ -468,3 +486,17 @@ def _describe_buffer(sig, number, inputs, params):
     except (TypeError, ValueError):
         sizes = "?"
     return f"buffer {buf.name} of shape ({shape}) = ({sizes}), {np.dtype(buf.dtype).name}"
+
+
+def _bounds_message(sig, number):
+    """The IndexError of a failed bounds check: the check (from the code generator,
+    which numbers them deterministically) and the values the kernel recorded."""
+    fast_math, address = sig.bounds
+    check = codegen.bounds_checks(sig.kernel, sig.symbol, fast_math)[number]
+    record = (ctypes.c_int64 * (3 + codegen.BOUNDS_LOOPS)).from_address(address)
+    value, dim, n = record[0], record[1], record[2]
+    loops = ", ".join(f"{v.name}={x}" for v, x in zip(check.loops, record[3:3 + n]))
+    where = f" (loops {loops})" if loops else ""
+    return (f"{sig.symbol}: stage {check.stage}: tensor {check.buffer}, dimension "
+            f"{check.axis} (size {check.dimension} = {dim}): index {show(check.index)} = "
+            f"{value} is out of bounds{where}")

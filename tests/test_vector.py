@@ -275,10 +275,7 @@ def test_full_reduction_and_guard_tail():
 
 
 def _compile_kernel(program, kernel, symbol):
-    module = codegen.build(kernel, symbol)
-    text = str(module)
-    address, engine = jit.load(text, symbol)
-    return runtime.CompiledFunction(program, kernel, lambda: text, symbol, address, engine)
+    return runtime.compile_kernel(program, kernel, name=symbol)
 
 
 @pytest.mark.parametrize("tail", ["mask", "peel"])
@@ -300,6 +297,10 @@ def test_loop_start_offset(tail):
     rng = np.random.default_rng(7)
     for n in SIZES:
         a = _data(rng, "int16", (ROWS, n), "argmin")
+        if n == 0:                        # numpy refuses an argmin over an empty axis
+            with pytest.raises(ValueError, match="zero-size array"):
+                f(a)
+            continue
         want = np.argmin(a[:, 5:], axis=1) + 5 if n > 5 else np.zeros(ROWS, np.int64)
         assert f(a).tolist() == want.tolist(), n
 
@@ -466,7 +467,13 @@ def test_inner_parallel_transposed(dtype, combiner):
                               ("columns[::2]", wide[:, ::2]),
                               ("transposed", np.asfortranarray(wide[:, :n]))]:
                 try:
-                    _check(f(a), numpy_ref.evaluate(defn, [a])[0], dtype, n)
+                    want = numpy_ref.evaluate(defn, [a])[0]
+                except ValueError:               # a max over empty rows: numpy refuses
+                    with pytest.raises(ValueError, match="zero-size array"):
+                        f(a)
+                    continue
+                try:
+                    _check(f(a), want, dtype, n)
                 except AssertionError as err:
                     raise AssertionError(f"{tail} {m}x{n} {layout}: {err}") from None
 

@@ -23,7 +23,7 @@ import sympy as sp
 from tex.errors import ScheduleError
 from tex.expr import Access, AutoParts, affine_terms, walk as walk_expr
 
-from . import host as host_info
+from .target import target
 
 
 def _unit_stride_score(defn, index):
@@ -105,7 +105,7 @@ def _auto_blocked(stage):
         target.pack(roles.b, io, layout="loops")
         _auto_reduction_strategy(target)
         target.parallel(io)
-    few = 2 * host_info.lanes(red.dtype)      # columns: 32 float32 on AVX-512
+    few = 2 * target().lanes(red.dtype)      # columns: 32 float32 on AVX-512
     for condition, schedule in ((sp.And(sp.GreaterThan(rows, blocking.mr),
                                         sp.GreaterThan(cols, few)), blocked),
                                 (sp.StrictLessThan(cols, few), dots)):

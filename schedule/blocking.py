@@ -36,7 +36,7 @@ import sympy as sp
 
 from tex.expr import Access, CeilDiv, walk as walk_expr
 
-from . import host as host_info
+from .target import target
 
 
 @dataclass(frozen=True)
@@ -103,14 +103,13 @@ class Blocking:
 def default_blocking(dtype, operand_bytes):
     """Block sizes for accumulators of `dtype` and operands of `operand_bytes` bytes an
     element, from the host's vector registers and caches."""
-    bits = host_info.register_bits()
-    registers = 32 if bits == 512 else 16
-    lanes = host_info.lanes(dtype)
+    machine = target()
+    registers = machine.vector_registers
+    lanes = machine.lanes(dtype)
     vectors = 4 if registers == 32 else 2            # NR / W
     mr = (registers - vectors - 2) // vectors        # 6 on AVX-512 and on AVX2
     nr = vectors * lanes
-    caches = host_info.cache_sizes()
-    l2, l3 = caches.get(2, 512 << 10), caches.get(3, 8 << 20)
+    l2, l3 = machine.cache(2, 512 << 10), machine.cache(3, 8 << 20)
     # A B micro-panel (kc x nr) in a quarter of L2: the micro-kernel streams it from
     # L2 while A's micro-panel sits in L1. A long kc matters most: every kc block
     # reads and writes the output tile once more (measured on a 1 MiB-L2 Zen 5, 1024

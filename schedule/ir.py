@@ -73,6 +73,14 @@ class Loop(Node):
     start: sp.Expr = sp.Integer(0)
     reduction: bool = False     # iterates over a reduced index (for handles and legality)
     tail: str = "peel"          # VECTOR loops: "peel" (scalar remainder) or "mask" (masked lanes)
+    plan: object = None         # the vector plan (schedule/vectorize.py), or None
+
+    def replace(self, **changes):
+        """As Node.replace; a plan describes the loop it was made for, so any other
+        change drops it (vectorize.plan_vectors plans the new loop)."""
+        if changes and "plan" not in changes:
+            changes["plan"] = None
+        return Node.replace(self, **changes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,8 +243,9 @@ def structure_key(kernel):
     def node(n, depth):
         pad = " " * depth
         if isinstance(n, Loop):
+            plan = "" if n.plan is None else f" plan {n.plan.describe()}"
             out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
-                       f"{sym(n.extent)} {n.kind.value} {n.tail} {n.reduction}")
+                       f"{sym(n.extent)} {n.kind.value} {n.tail} {n.reduction}{plan}")
         elif isinstance(n, Guard):
             out.append(f"{pad}guard {sym(n.cond)}")
         elif isinstance(n, Allocate):

@@ -10,7 +10,7 @@ Loop variables are objects; two with one display name print as `i`, `i_1`, ...
 """
 import sympy as sp
 
-from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
+from tex.expr import Access, Const, IndexValue, Op
 
 from .ir import Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, walk
 
@@ -89,6 +89,8 @@ def _emit(node, names, ind, lines):
         notes = [node.kind.value] if node.kind is not LoopKind.SERIAL else []
         if node.kind is LoopKind.VECTOR:
             notes[-1] += f" ({node.tail} tail)"
+        if node.plan is not None:
+            notes.append(node.plan.describe())
         if node.reduction:
             notes.append("reduction")
         note = f"  # {', '.join(notes)}" if notes else ""
@@ -121,7 +123,3 @@ def _emit(node, names, ind, lines):
             lines.append(f"{pad}{tgt} = {node.combiner}({tgt}, {val})")
     else:
         lines.append(f"{pad}{node!r}")
-
-
-def uses_buffer(expr, buf):
-    return any(isinstance(a, Access) and a.tensor is buf for a in walk_expr(expr))

@@ -28,3 +28,37 @@ def tex_cache_dir(tmp_path_factory):
 from hypothesis import settings as _settings  # noqa: E402
 
 _settings.register_profile("thorough", max_examples=3000, deadline=None)
+
+
+# ---------------------------------------------------------------- golden files
+# Printed loop nests (and the LLVM IR of a few kernels) are compared with the files in
+# tests/golden/; `pytest --update-golden` rewrites them (review the diff: a change of a
+# golden is a change of what tex generates). Goldens are made for fixed targets
+# (tex.scheduler.target.overriding), so they do not depend on the machine.
+GOLDEN_DIR = os.path.join(os.path.dirname(__file__), "golden")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the golden files in tests/golden/ from this run")
+
+
+@pytest.fixture
+def golden(request):
+    """golden(name, text): text must equal tests/golden/<name>.txt."""
+    update = request.config.getoption("--update-golden")
+
+    def check(name, text):
+        path = os.path.join(GOLDEN_DIR, name + ".txt")
+        text = text.rstrip("\n") + "\n"
+        if update:
+            os.makedirs(GOLDEN_DIR, exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+            return
+        if not os.path.exists(path):
+            pytest.fail(f"no golden file {path}: run pytest --update-golden and review it")
+        with open(path) as f:
+            want = f.read()
+        assert text == want, f"{name} differs from {path} (pytest --update-golden rewrites it)"
+    return check

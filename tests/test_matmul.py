@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tex
-from tex.scheduler import host
+from tex.scheduler import target as targets
+from cpus import ZEN3, ZEN5
 from tex.scheduler.blocking import Blocking, block_contraction, contraction_roles
 
 from kernels import compiled
@@ -229,64 +230,15 @@ def test_fusing_into_a_specialized_stage_is_refused():
         s.fuse(C)
 
 
-def test_golden_auto_schedule_of_a_1024_matmul(monkeypatch):
-    """On an AVX-512 host with 48 KiB L1, 1 MiB L2 and 32 MiB L3 (this one)."""
-    monkeypatch.setattr(host, "register_bits", lambda: 512)
-    monkeypatch.setattr(host, "cache_sizes", lambda: {1: 48 << 10, 2: 1 << 20, 3: 32 << 20})
+@pytest.mark.parametrize("cpu", ["znver3", "znver5"])
+def test_golden_auto_schedule_of_a_1024_matmul(cpu, golden):
+    """For an AVX2 CPU with 16 vector registers and a 512 KiB L2 (Zen 3), and an AVX-512
+    one with 32 registers and a 1 MiB L2 (Zen 5)."""
     i, j, k = tex.indices("i j k")
     A = tex.tensor("A", (1024, 1024), "float32")
     B = tex.tensor("B", (1024, 1024), "float32")
     C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
-    assert str(tex.schedule(C).auto()) == GOLDEN_1024.rstrip("\n")
+    with targets.overriding({"znver3": ZEN3, "znver5": ZEN5}[cpu]):
+        golden(f"auto_matmul_1024_{cpu}", str(tex.schedule(C).auto()))
 
 
-GOLDEN_1024 = """\
-# C
-for ko in 0..C_parts:  # parallel
-  for jo in 0..1:  # parallel
-    for io in 0..16:  # parallel
-      for jio in 0..ceiling((1024 - 4096*jo)/64):
-        for iio in 0..11:
-          for iii in 0..6:  # unrolled
-            for jii in 0..64:  # vector (mask tail)
-              if (iii + 6*iio < 64) & (jii + 64*jio < 1024 - 4096*jo):
-                C_part[ko, iii + 6*iio + 64*io, jii + 64*jio + 4096*jo] = 0.0
-    for kio in 0..ceiling(Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))/1024):  # reduction
-      alloc B_pack[16, 1024, 64]: float32  # temp
-      for jio_1 in 0..ceiling((1024 - 4096*jo)/64):
-        for kii in 0..Min(1024, -1024*kio + Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))):
-          for jii_1 in 0..64:  # vector (mask tail)
-            if jii_1 + 64*jio_1 + 4096*jo < 1024:
-              B_pack[jio_1, kii, jii_1] = B[kii + 1024*kio + ko*ceiling(1024/C_parts), jii_1 + 64*jio_1 + 4096*jo]
-            if jii_1 + 64*jio_1 + 4096*jo >= 1024:
-              B_pack[jio_1, kii, jii_1] = 0.0
-      for io in 0..16:  # parallel
-        alloc A_pack[11, 1024, 6]: float32  # temp
-        for iio_1 in 0..11:
-          for kii_1 in 0..Min(1024, -1024*kio + Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))):
-            for iii_1 in 0..6:  # unrolled
-              if iii_1 + 6*iio_1 + 64*io < 1024:
-                A_pack[iio_1, kii_1, iii_1] = A[iii_1 + 6*iio_1 + 64*io, kii_1 + 1024*kio + ko*ceiling(1024/C_parts)]
-              if iii_1 + 6*iio_1 + 64*io >= 1024:
-                A_pack[iio_1, kii_1, iii_1] = 0.0
-        for jio in 0..ceiling((1024 - 4096*jo)/64):
-          for iio in 0..11:
-            for iii in 0..6:  # unrolled
-              for jii in 0..64:  # vector (mask tail)
-                C_acc[iii, jii] = 0.0
-            for kii_2 in 0..Min(1024, -1024*kio + Min(-ko*ceiling(1024/C_parts) + 1024, ceiling(1024/C_parts))):  # reduction
-              for iii in 0..6:  # unrolled
-                for jii in 0..64:  # vector (mask tail)
-                  C_acc[iii, jii] += (A_pack[iio, kii_2, iii] * B_pack[jio, kii_2, jii])
-            for iii in 0..6:  # unrolled
-              for jii in 0..64:  # vector (mask tail)
-                if (iii + 6*iio < 64) & (jii + 64*jio < 1024 - 4096*jo):
-                  C_part[ko, iii + 6*iio + 64*io, jii + 64*jio + 4096*jo] += C_acc[iii, jii]
-if Ne(C_parts, 1):
-  for i in 0..1024:  # parallel
-    for j in 0..1024:
-      C_acc = 0.0
-      for ko_1 in 0..C_parts:  # reduction
-        C_acc += C_part[ko_1, i, j]
-      C[i, j] = C_acc
-"""

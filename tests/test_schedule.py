@@ -5,6 +5,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tex
+from tex.scheduler.target import overriding
+from cpus import ZEN3
 from tex.backends import numpy_ref
 
 M, N, K = tex.sizes("M N K")
@@ -126,27 +128,15 @@ def test_history_replays_to_the_same_nest():
     assert str(again) == str(s)
 
 
-GOLDEN_TILED_MATMUL = """\
-# C
-for io in 0..ceiling(M/8):  # parallel
-  for j in 0..N:
-    for ii in 0..Min(8, M - 8*io):
-      C_acc[ii] = 0.0
-    for k in 0..K:  # reduction
-      for ii in 0..Min(8, M - 8*io):
-        C_acc[ii] += (A[ii + 8*io, k] * B[k, j])
-    for ii in 0..Min(8, M - 8*io):
-      C[ii + 8*io, j] = C_acc[ii]"""
-
-
-def test_golden_tiled_matmul():
+def test_golden_tiled_matmul(golden):
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)
     i, j, k = (x.var for x in s[C].loops)
     io, ii = s[C].split(s[C].loops[0], 8)
     s[C].reorder(io, s[C].loops[2], s[C].loops[3], ii)
     s[C].parallel(io)
-    assert str(s) == GOLDEN_TILED_MATMUL
+    with overriding(ZEN3):
+        golden("tiled_matmul", str(s))
 
 
 def test_refusals_name_the_loop():
@@ -206,29 +196,12 @@ def test_threads_give_the_same_result_as_one_thread():
     np.testing.assert_allclose(two, a @ b, rtol=1e-4, atol=1e-4)
 
 
-GOLDEN_SPLIT_K = """\
-# C
-for ko in 0..P:  # parallel
-  for i in 0..M:
-    for j in 0..N:
-      C_acc = 0.0
-      for ki in 0..Min(K - ko*ceiling(K/P), ceiling(K/P)):  # reduction
-        C_acc += (A[i, ki + ko*ceiling(K/P)] * B[ki + ko*ceiling(K/P), j])
-      C_part[ko, i, j] = C_acc
-if Ne(P, 1):
-  for i_1 in 0..M:  # parallel
-    for j_1 in 0..N:
-      C_acc = 0.0
-      for ko_1 in 0..P:  # reduction
-        C_acc += C_part[ko_1, i_1, j_1]
-      C[i_1, j_1] = C_acc"""
-
-
-def test_golden_split_k_with_call_time_parts():
+def test_golden_split_k_with_call_time_parts(golden):
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)
     s[C].split_k(s[C].loops[2], parts=tex.param("P"))
-    assert str(s) == GOLDEN_SPLIT_K
+    with overriding(ZEN3):
+        golden("split_k_call_time_parts", str(s))
     f = tex.compile(s)
     assert [b.name for b in f.buffers] == ["C_part"]
     rng = np.random.default_rng(1)
@@ -312,23 +285,7 @@ def test_split_k_reference_shape_from_the_discussion():
         assert np.abs(got - want).max() / scale < 1e-5
 
 
-GOLDEN_TILED_VECTORIZED_MATMUL = """\
-# C
-for io in 0..ceiling(M/4):  # parallel
-  for jo in 0..ceiling(N/16):
-    for ii in 0..Min(4, M - 4*io):  # unrolled
-      for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
-        C_acc[ii, ji] = 0.0
-    for k in 0..K:  # reduction
-      for ii in 0..Min(4, M - 4*io):  # unrolled
-        for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
-          C_acc[ii, ji] += (A[ii + 4*io, k] * B[k, ji + 16*jo])
-    for ii in 0..Min(4, M - 4*io):  # unrolled
-      for ji in 0..Min(16, N - 16*jo):  # vector (mask tail)
-        C[ii + 4*io, ji + 16*jo] = C_acc[ii, ji]"""
-
-
-def test_golden_tiled_and_vectorized_matmul():
+def test_golden_tiled_and_vectorized_matmul(golden):
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)
     i, j, k = s[C].loops
@@ -337,7 +294,8 @@ def test_golden_tiled_and_vectorized_matmul():
     s[C].unroll(ii)
     s[C].vectorize(ji, tail="mask")
     s[C].parallel(io)
-    assert str(s) == GOLDEN_TILED_VECTORIZED_MATMUL
+    with overriding(ZEN3):
+        golden("tiled_vectorized_matmul", str(s))
     f = tex.compile(s)
     rng = np.random.default_rng(5)
     for m, n, kk in [(1, 1, 1), (7, 17, 5), (65, 63, 33)]:

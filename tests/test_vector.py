@@ -1,4 +1,4 @@
-"""Explicit vector loops (backends/llvm/vector.py, vector_plan.py) against the NumPy
+"""Explicit vector loops (schedule/vectorize.py, vector_plan.py, backends/llvm/vector.py) against the NumPy
 reference: every combiner and dtype with both tails, awkward sizes, non-contiguous rows,
 guards, rows of accumulators (matmul in i, k, j order), loop start offsets, the width
 rule and the scalar fallbacks. Each compiled function is reused across all sizes and
@@ -9,8 +9,9 @@ import sympy as sp
 
 import tex
 from tex.backends import numpy_ref
-from tex.backends.llvm import codegen, jit, runtime, vector
-from tex.backends.llvm.vector_plan import plan_vector_loop, register_bits
+from tex.backends.llvm import jit, runtime
+from tex.scheduler import target as targets, vectorize
+from tex.scheduler.vector_plan import plan_vector_loop
 from tex.scheduler.ir import Loop, LoopKind, Update, map_nest, walk
 
 M, N, K = tex.sizes("M N K")
@@ -117,7 +118,7 @@ def test_row_reductions(combiner, dtype):
 
 
 def test_int8_sum_widens_in_registers(monkeypatch):
-    monkeypatch.setattr(vector, "USE_VNNI", False)
+    monkeypatch.setattr(vectorize, "USE_VNNI", False)
     defn = _row_reduction("sum", "int8")
     s = next(_schedules(defn))[1]
     f = tex.compile(s)
@@ -133,7 +134,7 @@ def test_host_registers_in_asm():
     host = jit.Host.get()
     if not host.triple.startswith("x86_64"):
         pytest.skip("register names checked on x86-64 only")
-    reg = {512: "zmm", 256: "ymm", 128: "xmm"}[register_bits(host)]
+    reg = {512: "zmm", 256: "ymm", 128: "xmm"}[targets.target().vector_bits]
     defn = _row_reduction("sum", "float32")
     f = tex.compile(next(_schedules(defn))[1])
     assert f"%{reg}" in f.asm
@@ -306,11 +307,14 @@ def test_loop_start_offset(tail):
 
 
 @pytest.mark.parametrize("bits", [256, 128])
-def test_narrower_hosts(bits, monkeypatch):
-    """The width rule on AVX2 and SSE/NEON-sized registers (compiled for this host, so
-    the wide vectors are legalized into narrower ones: the lane logic is what is tested)."""
-    import tex.backends.llvm.vector_plan as vector_plan
-    monkeypatch.setattr(vector_plan, "register_bits", lambda host=None: bits)
+def test_narrower_hosts(bits):
+    """The width rule on AVX2 and SSE-sized registers (this CPU with the wider vector
+    extensions turned off: code that runs here)."""
+    with targets.overriding(targets.host().narrowed(min(bits, targets.host().vector_bits))):
+        _narrower_host_cases(bits)
+
+
+def _narrower_host_cases(bits):
     i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "int8")
     Y = tex.tensor("Y", (M, N), "float64")
@@ -345,7 +349,7 @@ def test_int8_strategies_exact(vnni, monkeypatch):
     """int8 -> int32 row sums under each strategy and tail, with and without VNNI, on
     awkward sizes and non-contiguous rows (inner_parallel's lanes step by the row stride:
     a gather), values at the int8 extremes (the sums overflow int8, not int32)."""
-    monkeypatch.setattr(vector, "USE_VNNI", vnni)
+    monkeypatch.setattr(vectorize, "USE_VNNI", vnni)
     defn = _row_reduction("sum", "int8")
     rng = np.random.default_rng(11)
 
@@ -359,8 +363,8 @@ def test_int8_strategies_exact(vnni, monkeypatch):
         for tail in ("peel", "mask"):
             f = tex.compile(_strategy(defn, name, tail))
             has = "vpdpbusd" in f.llvm_ir
-            assert has == (vnni and name != "inner_parallel" and bool(vector.vnni_bits(
-                jit.Host.get()))), (name, tail)
+            assert has == (vnni and name != "inner_parallel" and bool(
+                targets.target().vnni_widths)), (name, tail)
             _differential(f, defn, make, STRATEGY_SIZES)
 
 
@@ -405,7 +409,7 @@ def test_float_strategies(combiner):
 def test_vnni_exact_near_int32_limits():
     """Rows whose int32 sums come near and past 2**31 (numpy's int32 sum wraps; so does
     every lane of the dots and of the accumulator)."""
-    if not vector.vnni_bits(jit.Host.get()):
+    if not targets.target().vnni_widths:
         pytest.skip("no VNNI on this host")
     defn = _row_reduction("sum", "int8")
     n = (1 << 24) + (1 << 18) + 37               # 127 * n > 2**31 > 127 * 2**24
@@ -424,7 +428,7 @@ def test_vnni_exact_near_int32_limits():
 
 def test_sum_partials():
     """Only the sum-only partials of an int32 sum may take VNNI dots into any lane."""
-    from tex.backends.llvm.vector_plan import sum_partials
+    from tex.scheduler.vector_plan import sum_partials
     from tex.scheduler.ir import Scope, Store
     defn = _row_reduction("sum", "int8")
     def locals_of(kernel):
@@ -531,7 +535,7 @@ def test_vnni_products(xt, yt):
             a.flat[::3] = info.min
             a.flat[1::3] = info.max
         return a
-    vnni = bool(vector.vnni_bits(jit.Host.get()))
+    vnni = bool(targets.target().vnni_widths)
     for name in ("inner_reduction", "vector_accumulator"):
         for tail in ("peel", "mask"):
             f = tex.compile(_strategy(D, name, tail))

@@ -13,7 +13,6 @@ always inlined so that its `noalias` arguments become alias scopes for the optim
 Index arithmetic is 64-bit and follows Python's floor semantics for `//` and `%`.
 Element strides may be negative or zero, so views work without copies.
 """
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,12 +23,15 @@ from tex.expr import Access, CeilDiv, Const, Index, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
                              Update, map_nest, walk)
+from ...scheduler.vectorize import Transposed, plan_vectors
+from .irtypes import (I1, I8, I32, I64, PTR, Builder, const, floor_div,
+                      is_i64_constant, memory_type, self_referential, type_suffix, value_type)
+from .ops import COMBINE, OPS, _better
+from .vector import emit_vector_loop
+from .transposed import emit_transposed
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
-PTR = ir.PointerType()
 # numpy's PyArrayObject_fields: ob_refcnt, ob_type, data, nd, dimensions, strides
 ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
-FAST = ("reassoc", "contract", "nsz")
 # A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),
 # NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
 # (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access).
@@ -48,112 +50,14 @@ STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this siz
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
 
-def value_type(dt):
-    """The register type of a dtype (bool is i1)."""
-    dt = np.dtype(dt)
-    if dt.kind == "b":
-        return I1
-    if dt.kind in "iu":
-        return ir.IntType(8 * dt.itemsize)
-    return {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}[dt.itemsize]
-
-
-def memory_type(dt):
-    """The in-memory type of a dtype (bool is one byte)."""
-    return I8 if np.dtype(dt).kind == "b" else value_type(dt)
-
-
-def _is_i64_constant(v):
-    return isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int)
-
-
-def _fold(lhs, rhs, op, zero=False, one=False):
-    """The i64 result of `op` when it is known now: both operands constant, or (for add)
-    one of them 0, or (for mul) one of them 1 or 0. None otherwise."""
-    a, b = _is_i64_constant(lhs), _is_i64_constant(rhs)
-    if a and b:
-        value = op(lhs.constant, rhs.constant) & (2**64 - 1)
-        return ir.Constant(I64, value - 2**64 if value >= 2**63 else value)
-    if not (a or b) or lhs.type != I64 or rhs.type != I64:
-        return None
-    const, other = (lhs, rhs) if a else (rhs, lhs)
-    if zero and const.constant == 0:
-        return other
-    if one and const.constant == 1:
-        return other
-    if one and const.constant == 0:
-        return const
-    return None
-
-
-class Builder(ir.IRBuilder):
-    """An IRBuilder that records, for the blocks its structured constructs create
-    (if/else, counted loops, allocation checks), the block that dominates them, so
-    that Codegen._reuse may take a value computed in a dominating block."""
-
-    def __init__(self, block, idom):
-        super().__init__(block)
-        self.idom = idom                  # block -> its immediate dominator
-
-    # index arithmetic folds on constants and identities as it is emitted (llvmlite
-    # does not): the unrolled rows and vector chunks of a register tile are full of
-    # `add 0, 16` and `mul 1, x`, and LLVM's time grows with every instruction
-    def add(self, lhs, rhs, name="", flags=()):
-        folded = _fold(lhs, rhs, lambda a, b: a + b, zero=True)
-        return folded if folded is not None else super().add(lhs, rhs, name, flags)
-
-    def sub(self, lhs, rhs, name="", flags=()):
-        if _is_i64_constant(rhs) and rhs.constant == 0 and lhs.type == I64:
-            return lhs
-        folded = _fold(lhs, rhs, lambda a, b: a - b)
-        return folded if folded is not None else super().sub(lhs, rhs, name, flags)
-
-    def mul(self, lhs, rhs, name="", flags=()):
-        folded = _fold(lhs, rhs, lambda a, b: a * b, one=True)
-        return folded if folded is not None else super().mul(lhs, rhs, name, flags)
-
-    def dominated(self, block, by=None):
-        self.idom[block] = self.block if by is None else by
-        return block
-
-    def dominates(self, a, b):
-        """Is block `a` (known to be) a dominator of block `b`?"""
-        for _ in range(64):
-            if b is a:
-                return True
-            b = self.idom.get(b)
-            if b is None:
-                return False
-        return False
-
-    @contextlib.contextmanager
-    def if_then(self, pred, likely=None):
-        before = self.block
-        with super().if_then(pred, likely) as end:
-            self.idom[self.block] = before
-            yield end
-        self.idom[self.block] = before
-
-    @contextlib.contextmanager
-    def if_else(self, pred, likely=None):
-        before = self.block
-
-        @contextlib.contextmanager
-        def arm(inner):
-            with inner:
-                self.idom[self.block] = before
-                yield
-        with super().if_else(pred, likely) as (then, otherwise):
-            yield arm(then), arm(otherwise)
-        self.idom[self.block] = before
-
-
 class Codegen:
     """Builds the LLVM module of one Kernel. Use `build(kernel, name)`."""
 
     def __init__(self, kernel, name, fast_math=True, bounds_check=False):
         if bounds_check:        # every access checked one element at a time
             kernel = map_nest(kernel, _scalar_loops)
+        # the vector plan of loops that have none (a nest built or changed by hand)
+        kernel = plan_vectors(kernel, fast_math)
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         self.bounds_check = bounds_check
         self.checks = []         # BoundsCheck of each checked access, by number
@@ -391,7 +295,7 @@ class Codegen:
         mul = self._extern("llvm.smul.with.overflow.i64", pair, [I64, I64])
         for d in buf.shape:
             d = sp.sympify(d)
-            if d.is_Integer and _is_i64_constant(total) and \
+            if d.is_Integer and is_i64_constant(total) and \
                     0 <= int(d) * total.constant <= MAX_BUFFER_BYTES:
                 total = ir.Constant(I64, int(d) * total.constant)
                 continue
@@ -400,7 +304,7 @@ class Codegen:
             product = b.call(mul, [total, n])
             total = b.extract_value(product, 0)
             bad = b.or_(bad, b.extract_value(product, 1))
-        if _is_i64_constant(total) and isinstance(bad, ir.Constant):
+        if is_i64_constant(total) and isinstance(bad, ir.Constant):
             return total
         bad = b.or_(bad, b.icmp_signed(">", total, ir.Constant(I64, MAX_BUFFER_BYTES)))
         self.fail_if(bad, STATUS_TOO_LARGE, number)
@@ -475,8 +379,8 @@ class Codegen:
             return emit_vector_loop(self, loop, start, end)
         if loop.kind is LoopKind.UNROLLED and self.straight_line(loop):
             return
-        if emit_serial(self, loop, start, end):      # loops around vector loops (vector.py)
-            return
+        if isinstance(loop.plan, Transposed):
+            return emit_transposed(self, loop, start, end)
         self._serial_loop(loop, start, end)
 
     def straight_line(self, loop):
@@ -656,14 +560,14 @@ class Codegen:
             full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
             hint = self.module.add_metadata([ir.MetaDataString(
                 self.module, "llvm.loop.unroll.full" if full else "llvm.loop.unroll.enable")])
-            return _self_referential(self.module, hint)
+            return self_referential(self.module, hint)
         if any(isinstance(n, Loop) and n.kind in (LoopKind.VECTOR, LoopKind.UNROLLED)
                for c in loop.body for n in walk(c)):
             # a loop around explicit vector code or unrolled rows (a register tile, a
             # packed panel) is as wide as the schedule wants it: LLVM's vectorizer and
             # unroller would only multiply its code (and the compile time)
             md = self.module
-            return _self_referential(md, md.add_metadata([
+            return self_referential(md, md.add_metadata([
                 ir.MetaDataString(md, "llvm.loop.vectorize.enable"), ir.Constant(I1, 0)]),
                 md.add_metadata([ir.MetaDataString(md, "llvm.loop.unroll.disable")]))
         return None
@@ -857,13 +761,6 @@ class Codegen:
         raise NotImplementedError(f"codegen: value {e!r}")
 
 
-def _self_referential(module, *hints):
-    """`!0 = distinct !{!0, hints...}`: the form LLVM's loop metadata needs."""
-    md = module.add_metadata([None, *hints])
-    md.operands = (md, *hints)
-    return md
-
-
 def _buffers_outside(kernel, loop):
     """Buffers used by statements of the kernel that are not inside `loop`."""
     from ...scheduler.ir import Store, Update, buffers_of
@@ -888,42 +785,14 @@ def kernel_buffers(kernel):
     return list(seen.values())
 
 
-def type_suffix(ty):
-    """The overload suffix of an intrinsic: i32, f64, v16f32, v64i8."""
-    if isinstance(ty, ir.VectorType):
-        return f"v{ty.count}{type_suffix(ty.element)}"
-    if isinstance(ty, ir.IntType):
-        return f"i{ty.width}"
-    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
-
-
-def const(dt, value):
-    ty = value_type(dt)
-    if isinstance(ty, ir.IntType):
-        return ir.Constant(ty, int(value) & ((1 << ty.width) - 1) if ty.width > 1
-                           else int(bool(value)))
-    return ir.Constant(ty, float(value))
-
-
-def floor_div(b, a, d):
-    """Python's a // d for i64 (d != 0): sdiv rounds toward zero, floor rounds down."""
-    q = b.sdiv(a, d)
-    r = b.srem(a, d)
-    neg = b.icmp_signed("!=", b.icmp_signed("<", r, ir.Constant(I64, 0)),
-                        b.icmp_signed("<", d, ir.Constant(I64, 0)))
-    adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)), neg)
-    return b.sub(q, b.zext(adjust, I64))
-
-
-from .ops import COMBINE, OPS, _better  # noqa: E402  (the op tables use Codegen's helpers)
-from .vector import emit_serial, emit_vector_loop  # noqa: E402
 
 
 def settings():
-    """The code generator's module-level knobs that change the IR of a loop nest (set
-    from the host, or by tests): part of the kernel cache key."""
-    from . import vector, vector_plan
-    return f"register_bits={vector_plan.register_bits()} vnni={vector.USE_VNNI}"
+    """The knobs besides the loop nest that change the IR of a kernel (the target, or
+    tests): part of the kernel cache key."""
+    from ...scheduler import vectorize
+    from ...scheduler.target import target
+    return f"register_bits={target().vector_bits} vnni={vectorize.USE_VNNI}"
 
 
 def build(kernel, name, fast_math=True, bounds_check=False):

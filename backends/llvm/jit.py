@@ -45,6 +45,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from . import compile_worker
+from ...scheduler.target import target as current_target
 
 CODEGEN_VERSION = "tex-codegen-3"
 
@@ -88,42 +89,59 @@ def kernel_cache_size():
     return 512
 
 
-class Host:
-    """The host target, initialised once per process."""
-    _instance = None
+class Machine:
+    """LLVM's side of a Target (scheduler/target.py): the process triple, a target
+    machine for the target's CPU and features, its data layout. One per target."""
+    _machines = {}
 
-    def __init__(self):
+    def __init__(self, target):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self.cpu = llvm.get_host_cpu_name()
-        self.features = llvm.get_host_cpu_features().flatten()
+        _load_libm()
+        self.target = target
+        self.cpu, self.features = target.cpu, target.features
         self.triple = llvm.get_process_triple()
-        self.target = llvm.Target.from_triple(self.triple)
+        self.llvm_target = llvm.Target.from_triple(self.triple)
         self.machine = self.new_machine()
         self.datalayout = str(self.machine.target_data)
-        path = ctypes.util.find_library("m")      # expf, tanhf, erf...: libm's symbols
-        if path:
-            llvm.load_library_permanently(path)
 
     def new_machine(self):
-        return self.target.create_target_machine(cpu=self.cpu, features=self.features,
-                                                 opt=3, codemodel="jitdefault")
+        return self.llvm_target.create_target_machine(cpu=self.cpu, features=self.features,
+                                                      opt=3, codemodel="jitdefault")
 
     @classmethod
-    def get(cls):
-        if cls._instance is None:
+    def get(cls, target=None):
+        """The Machine of `target`, default the current one (target.target())."""
+        t = target or current_target()
+        key = (t.cpu, t.features)
+        if key not in cls._machines:
             with _lock:
-                if cls._instance is None:
-                    cls._instance = Host()
-        return cls._instance
+                if key not in cls._machines:
+                    cls._machines[key] = Machine(t)
+        return cls._machines[key]
 
     def has_feature(self, name):
-        return f"+{name}" in self.features.split(",")
+        return self.target.has(name)
 
     @property
     def fingerprint(self):
         return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
                          ".".join(map(str, llvm.llvm_version_info)), self.cpu, self.features])
+
+
+Host = Machine          # the name tex's benchmarks and older code use
+
+
+def _load_libm():
+    """expf, tanhf, erf...: libm's symbols, for the kernels that call them."""
+    if not _libm:
+        path = ctypes.util.find_library("m")
+        if path:
+            llvm.load_library_permanently(path)
+        _libm.append(path)
+
+
+_libm = []
 
 
 def cache_dir():
@@ -136,13 +154,13 @@ def cache_dir():
 
 def cache_key(text):
     """The cache key of a kernel described by `text` (see the module docstring)."""
-    host = Host.get()
+    host = Machine.get()
     return hashlib.sha256((host.fingerprint + "\n" + text).encode()).hexdigest()
 
 
 def optimized_module(ir_text):
     """Parse, verify and optimize at O3 in this process (compile_worker.optimize)."""
-    host = Host.get()
+    host = Machine.get()
     return compile_worker.optimize(llvm, host.machine, ir_text)
 
 
@@ -157,10 +175,11 @@ class CompilerProcess:
     starts a new one."""
     MAX_COMPILES = 200
 
-    def __init__(self, host):
+    def __init__(self, machine):
         self.errors = tempfile.TemporaryFile()
+        self.cpu, self.features = machine.cpu, machine.features
         self.proc = subprocess.Popen(
-            [sys.executable, compile_worker.__file__, host.cpu, host.features],
+            [sys.executable, compile_worker.__file__, machine.cpu, machine.features],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
         self.compiles = 0
 
@@ -207,12 +226,15 @@ def _compiler_process():
     if STATS["compiled"] <= IN_PROCESS_COMPILES or \
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None
+    machine = Machine.get()
     if _compiler and (_compiler[0].compiles >= CompilerProcess.MAX_COMPILES
-                      or _compiler[0].proc.poll() is not None):
+                      or _compiler[0].proc.poll() is not None
+                      or (_compiler[0].cpu, _compiler[0].features) != (machine.cpu,
+                                                                       machine.features)):
         _compiler.pop().close()
     if not _compiler:
         try:
-            _compiler.append(CompilerProcess(Host.get()))
+            _compiler.append(CompilerProcess(machine))
         except OSError as err:
             warnings.warn(f"tex: cannot start the compiler process ({err}); compiling in "
                           "this process", RuntimeWarning, stacklevel=3)
@@ -242,7 +264,7 @@ def compile_object(ir_text):
         worker = _compiler_process()
         if worker is not None:
             return worker.request(b"o", ir_text)
-    return Host.get().machine.emit_object(optimized_module(ir_text))
+    return Machine.get().machine.emit_object(optimized_module(ir_text))
 
 
 def assembly(ir_text):
@@ -250,7 +272,7 @@ def assembly(ir_text):
         worker = _compiler_process()
         if worker is not None:
             return worker.request(b"a", ir_text).decode()
-    return Host.get().machine.emit_assembly(optimized_module(ir_text))
+    return Machine.get().machine.emit_assembly(optimized_module(ir_text))
 
 
 # ---------------------------------------------------------------- the disk cache
@@ -417,7 +439,7 @@ def load(text, symbol, make_ir=None, kind="kernel"):
             if kind == "kernel":
                 obj = compile_object(ir_text)
             else:     # the runtime: one small module, compiled once per machine, here
-                obj = Host.get().machine.emit_object(optimized_module(ir_text))
+                obj = Machine.get().machine.emit_object(optimized_module(ir_text))
             write_cached(key, obj, kind)
         elif kind == "kernel":
             STATS["disk_hits"] += 1
@@ -435,7 +457,7 @@ def load(text, symbol, make_ir=None, kind="kernel"):
 
 
 def _engine():
-    host = Host.get()
+    host = Machine.get()
     empty = llvm.parse_assembly("")
     empty.triple = host.triple
     # an engine takes ownership of its target machine and frees it when it is disposed:

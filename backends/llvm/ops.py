@@ -9,7 +9,7 @@ gives 0 (never a SIGFPE), INT_MIN // -1 wraps, float -> int casts saturate.
 import numpy as np
 from llvmlite import ir
 
-from .codegen import FAST, I1, I64, const, type_suffix, value_type
+from .irtypes import FAST, I1, I64, const, type_suffix, value_type
 
 
 def _kind(dt):

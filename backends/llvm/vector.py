@@ -108,16 +108,15 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, Update
+from ...scheduler.ir import Guard, Scope, Store
 from ...scheduler.stage import identity
-from .codegen import (I1, I8, I32, I64, PTR, _self_referential, const, memory_type,
-                      type_suffix, value_type)
+from ...scheduler.vector_plan import (access_key, affine_coefficient, dot_width, itemsize,
+                                      local_flat)
+from .irtypes import (I1, I8, I32, I64, PTR, const, memory_type, self_referential, type_suffix,
+                      value_type)
 from .ops import COMBINE, OPS, _better
-from .vector_plan import (access_key, affine_coefficient, dot_width, itemsize, local_flat,
-                          plan_vector_loop, sum_partials, vnni_bits)
 
 INT64_MAX = (1 << 63) - 1
-USE_VNNI = True          # int8 -> int32 sums by vpdpbusd where the host has it (tests turn it off)
 GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)
 
 
@@ -130,24 +129,9 @@ def _per_lane(e):
 
 
 def emit_vector_loop(cg, loop, start, end):
-    """Codegen._loop for a VECTOR loop: vector code with a scalar version for other
-    strides, or the scalar loop when the body cannot be vectorized."""
-    partials, widths = _kernel_facts(cg)
-    plan = plan_vector_loop(loop, cg.fast_math, partials=partials, vnni=widths)
-    if isinstance(plan, str) or plan.width < 2:
-        cg._serial_loop(loop, start, end)
-        return
-    VectorLoop(cg, loop, plan).emit(start, end)
-
-
-def _kernel_facts(cg):
-    """(sum-only partial buffers of the kernel, the host's VNNI dot widths), once per Codegen."""
-    facts = getattr(cg, "_vector_facts", None)
-    if facts is None:
-        from .jit import Host
-        widths = vnni_bits(Host.get()) if USE_VNNI else ()
-        facts = cg._vector_facts = (sum_partials(cg.kernel), widths)
-    return facts
+    """Codegen._loop for a VECTOR loop (its VectorPlan made by schedule/vectorize.py):
+    vector code, with a scalar version for other strides."""
+    VectorLoop(cg, loop, loop.plan).emit(start, end)
 
 
 class VectorLoop:
@@ -325,7 +309,7 @@ class VectorLoop:
             md = cg.module.add_metadata([ir.MetaDataString(cg.module,
                                                            "llvm.loop.vectorize.enable"),
                                          ir.Constant(I1, 0)])
-            cg._serial_loop(self.loop, main_end, end, _self_referential(cg.module, md))
+            cg._serial_loop(self.loop, main_end, end, self_referential(cg.module, md))
 
     @property
     def masked_tail(self):
@@ -701,7 +685,7 @@ class VectorLoop:
         b, mty = cg.b, self.vtype(memory_type(dt))
         align = itemsize(dt)
         if mask is None:
-            v = b.load(_vector_pointer(b, ptr, mty), typ=mty, align=align)
+            v = b.load(vector_pointer(b, ptr, mty), typ=mty, align=align)
         else:
             fn = cg._extern(f"llvm.masked.load.{type_suffix(mty)}.p0", mty,
                             [PTR, I32, mask.type, mty])
@@ -715,14 +699,14 @@ class VectorLoop:
             v = b.zext(v, self.vtype(I8))
         align = itemsize(dt)
         if mask is None:
-            b.store(v, _vector_pointer(b, ptr, v.type), align=align)
+            b.store(v, vector_pointer(b, ptr, v.type), align=align)
             return
         fn = cg._extern(f"llvm.masked.store.{type_suffix(v.type)}.p0", ir.VoidType(),
                         [v.type, PTR, I32, mask.type])
         b.call(fn, [v, ptr, ir.Constant(I32, align), mask])
 
 
-def _vector_pointer(b, ptr, vty):
+def vector_pointer(b, ptr, vty):
     """llvmlite types the pointers of allocas (`i32*`); a vector access through one needs
     a `<W x i32>*` (LLVM itself reads both as the same opaque `ptr`)."""
     if getattr(ptr.type, "is_opaque", True):
@@ -791,334 +775,3 @@ def _float_extreme(cg, combiner, dt, vec):
     any_nan = cg._extern(f"llvm.vector.reduce.or.v{n}i1", I1, [ir.VectorType(I1, n)])
     nan = b.call(any_nan, [b.fcmp_unordered("uno", vec, vec)])
     return b.select(nan, ir.Constant(ty, float("nan")), r)
-
-
-# ---------------------------------------------------------------- serial loops around vector loops
-def emit_serial(cg, loop, start, end):
-    """Codegen._loop for a serial loop: special forms for the loops around a vector
-    loop; False when none applies (Codegen emits the loop as it is)."""
-    if loop.kind is not LoopKind.SERIAL:
-        return False
-    return emit_transposed(cg, loop, start, end) or emit_full_tiles(cg, loop, start, end)
-
-
-def emit_full_tiles(cg, loop, start, end):
-    """A loop `for jo` holding vector loops of extent Min(c, A - c*jo) (the last tile of
-    a split is shorter): the iterations jo < floor(A/c), where the tile is whole, run a
-    copy of the loop whose vector loops have the constant extent c -- one vector each,
-    with no tail test -- and the remaining iterations the loop as it is."""
-    from ...scheduler.ir import map_nest, walk
-    jo = loop.var
-    tiles, split = {}, None
-    inner_vars = {n.var for n in walk(loop) if isinstance(n, Loop)}
-    children = {id(c) for c in loop.body}
-    for n in walk(loop):
-        if not (isinstance(n, Loop) and n.kind is LoopKind.VECTOR):
-            continue
-        e = sp.sympify(n.extent)
-        if jo not in e.free_symbols:
-            continue
-        if id(n) not in children:
-            return False         # copies of deeper loops: more code than the tests save
-        if not isinstance(e, sp.Min) or len(e.args) != 2:
-            return False
-        c = next((x for x in e.args if x.is_Integer), None)
-        rest = next((x for x in e.args if not x.is_Integer), None)
-        if c is None or rest is None or c <= 0 or affine_coefficient(rest, jo) != -c:
-            return False
-        bound = sp.floor(sp.expand(rest + c * jo) / c)     # jo < bound: A - c*jo >= c
-        if bound.free_symbols & inner_vars:
-            return False                                   # not known before the loop
-        tiles[e] = c
-        split = bound if split is None else sp.Min(split, bound)
-    if not tiles:
-        return False
-
-    def whole(node):
-        if isinstance(node, Loop) and node.kind is LoopKind.VECTOR and \
-                sp.sympify(node.extent) in tiles:
-            return node.replace(extent=tiles[sp.sympify(node.extent)])
-        return node
-    full = map_nest(loop, whole)
-    b = cg.b
-    mid = cg.index(split)
-    mid = b.select(b.icmp_signed("<", mid, start), start, mid)
-    mid = b.select(b.icmp_signed(">", mid, end), end, mid)
-    # not unrolled: LLVM would unroll the branch-free copy 8 times, which made the
-    # DRAM-streaming float32 max row reduction 30% slower here (and helped nothing)
-    md = _self_referential(cg.module, cg.module.add_metadata(
-        [ir.MetaDataString(cg.module, "llvm.loop.unroll.disable")]))
-    cg._serial_loop(full, start, mid, md)
-    cg._serial_loop(loop, mid, end)
-    return True
-
-
-# ---------------------------------------------------------------- transposed blocks
-def emit_transposed(cg, loop, start, end):
-    """Codegen._loop for a serial loop `for j: V` whose body is one vector loop V
-    (for ii, vectorized) reading rows that step by a runtime stride across the lanes
-    and by one element along j -- the inner-parallel reduction
-    `for j: for ii (vector): acc[ii] += f(X[ii, j])`, where each lane owns a row.
-    Emitted as, for each vector of W rows (lanes):
-
-        for jb in steps of K = W columns:   load K contiguous elements of each of the
-                                            W rows, transpose the W x K block in
-                                            registers (log2 W rounds of shuffles), run V
-                                            once per column on the transposed vectors
-        for the last columns:               V per column, the rows gathered
-
-    Each lane sees its row's elements in the original order, so any combiner and
-    any dtype give the scalar loop's result. Returns False (nothing emitted) when the
-    pattern does not hold; at run time a j step other than one runs the loop as it was."""
-    if loop.kind is not LoopKind.SERIAL or len(loop.body) != 1:
-        return False
-    inner = loop.body[0]
-    if not isinstance(inner, Loop) or inner.kind is not LoopKind.VECTOR:
-        return False
-    j = loop.var
-    if j in sp.sympify(inner.start).free_symbols | sp.sympify(inner.extent).free_symbols:
-        return False
-    partials, widths = _kernel_facts(cg)
-    plan = plan_vector_loop(inner, cg.fast_math, partials=partials, vnni=widths)
-    if isinstance(plan, str) or plan.reductions or plan.width < 2 or plan.unroll != 1:
-        return False
-    found = _transposable(inner, plan, j)
-    if found is None:
-        return False
-    TransposedLoop(cg, inner, plan, loop, *found).emit_outer(start, end)
-    return True
-
-
-def _transposable(inner, plan, j):
-    """The reads of the vector loop `inner` to load as transposed blocks (they move
-    with the lanes and with j, from buffers the loop does not write, and a register of
-    their elements holds W of them), or None when the loop does not fit the pattern:
-    statements whose targets move with j, guards on j, other reads that move with j and
-    the lanes."""
-    from tex.expr import walk as walk_expr
-    from ...scheduler.ir import walk
-    var, w = inner.var, plan.width
-    if w & (w - 1):
-        return None
-    out, blocks = [], set()
-    for s in walk(inner):
-        if isinstance(s, Guard) and j in s.cond.free_symbols:
-            return None
-        if not isinstance(s, (Store, Update)):
-            continue
-        targets = [(s.buffer, s.index)] + ([(s.arg.buffer, s.arg.index)]
-                                            if getattr(s, "arg", None) else [])
-        if any(j in sp.sympify(ix).free_symbols for _, index in targets for ix in index):
-            return None
-        values = [s.value] + ([s.arg.position] if getattr(s, "arg", None) else [])
-        for v in values:
-            for a in walk_expr(v):
-                if not isinstance(a, Access):
-                    continue
-                along_j = any(affine_coefficient(ix, j) != 0 for ix in a.index)
-                across = any(affine_coefficient(ix, var) != 0 for ix in a.index)
-                if not (along_j and across):
-                    continue
-                if id(a.tensor) in plan.written:
-                    return None
-                # K columns: W*K elements in at most 16 registers
-                blocks.add(max(2, min(w, 16 * plan.bits // (8 * w * itemsize(a.dtype)))))
-                out.append(a)
-    if not out or len(blocks) != 1:
-        return None
-    return out, blocks.pop()
-
-
-class TransposedLoop(VectorLoop):
-    """emit_transposed's code: VectorLoop's chunks over the lanes, with a loop over j
-    inside each chunk."""
-
-    def __init__(self, cg, inner, plan, outer, rows, block):
-        super().__init__(cg, inner, plan)
-        self.outer, self.rows, self.block = outer, rows, block
-        self.single = plan.bound is not None and plan.bound <= plan.width
-
-    def emit_outer(self, start, end):
-        cg = self.cg
-        b = cg.b
-        j = self.outer.var
-        ok = ir.Constant(I1, 1)
-        for a in self.rows:                       # one element along j
-            _, strides = cg.memory[a.tensor]
-            step = None
-            for ix, st in zip(a.index, strides):
-                c = affine_coefficient(ix, j)
-                if c != 0:
-                    term = b.mul(cg.index(c), st)
-                    step = term if step is None else b.add(step, term)
-            ok = b.and_(ok, b.icmp_signed("==", step, ir.Constant(I64, 1)))
-        row_keys = {(id(a.tensor), tuple(a.index)) for a in self.rows}
-        for buf, index in self.plan.moving:       # other rows: one element across lanes
-            if (id(buf), tuple(index)) in row_keys:
-                continue
-            st = self.access_step(buf, index)
-            if isinstance(st, int):
-                ok = b.and_(ok, ir.Constant(I1, int(st == 1)))
-            else:
-                ok = b.and_(ok, b.icmp_signed("==", st, ir.Constant(I64, 1)))
-        with b.if_else(ok) as (fast, other):
-            with fast:
-                self._lanes(start, end)
-            with other:
-                cg._serial_loop(self.outer, start, end)
-
-    def _lanes(self, j_start, j_end):
-        """Chunks of W lanes over the vector loop's range, the last one masked."""
-        cg, w = self.cg, self.w
-        b = cg.b
-        start = cg.index(self.loop.start)
-        end = b.add(start, cg.index(self.loop.extent))
-        n = b.sub(end, start)
-        n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
-        main_end = b.add(start, b.and_(n, ir.Constant(I64, -w)))
-        self._each(start, main_end, lambda base: self._columns(base, None, j_start, j_end))
-        extent = sp.sympify(self.loop.extent)
-        if extent.is_Integer and int(extent) % w == 0:
-            return                      # whole vectors only (a split's whole tiles)
-        rem = b.sub(end, main_end)
-        with b.if_then(b.icmp_signed(">", rem, ir.Constant(I64, 0))):
-            mask = b.icmp_signed("<", self.iota, self.splat(rem))
-            # the last rows take the columns one by one (gathered): less code than a
-            # masked copy of the blocks, and at most W-1 rows
-            self._columns(start if self.single else main_end, mask, j_start, j_end,
-                          blocks=False)
-
-    def _each(self, start, stop, body):
-        """body(base) for base in start..stop step W (a branch when one vector covers it)."""
-        cg = self.cg
-        b = cg.b
-        if self.single:
-            with b.if_then(b.icmp_signed("<", start, stop)):
-                body(start)
-            return
-        self._serial(start, stop, self.w, body, "tr.lanes")
-
-    def _columns(self, base, mask, j_start, j_end, blocks=True):
-        """The j loop for the lanes base..base+W-1: blocks of K = W columns, then the
-        remaining columns one by one (their rows gathered)."""
-        cg, k = self.cg, self.block
-        b = cg.b
-        j = self.outer.var
-        n = b.sub(j_end, j_start)
-        n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
-        blocks_end = b.add(j_start, b.and_(n, ir.Constant(I64, -k))) if blocks else j_start
-
-        def block(jb):
-            cg.env[j] = jb
-            cg.env[self.var] = base
-            cols = {id(a): self._transposed_block(a, base, mask) for a in self.rows}
-            u = self._tree_update()
-            if u is not None:
-                self._tree_block(u, cols, jb, base, mask)
-            else:
-                for c in range(k):
-                    cg.env[j] = b.add(jb, ir.Constant(I64, c))
-                    self.override = {key: v[c] for key, v in cols.items()}
-                    self._chunk(base, mask)
-            self.override = {}
-            del cg.env[j]
-        if blocks:
-            self._serial(j_start, blocks_end, k, block, "tr.j")
-
-        def column(jc):
-            cg.env[j] = jc
-            self.gathering = {id(a.tensor) for a in self.rows}
-            self._chunk(base, mask)
-            self.gathering = set()
-            del cg.env[j]
-        self._serial(blocks_end, j_end, 1, column, "tr.jrest")
-
-    def _tree_update(self):
-        """The loop's one statement, an update of its row whose combiner regroups
-        exactly (integer sum/prod/max/min, float max/min -- llvm.maximum is associative
-        -- and float sum/prod under fast_math), or None. Its block then combines the K
-        columns as a tree before the row: a dependence chain of log2 K steps, not K."""
-        body = self.loop.body
-        if len(body) != 1 or not isinstance(body[0], Update) or body[0].arg is not None:
-            return None
-        u = body[0]
-        kind = np.dtype(u.buffer.dtype).kind
-        if u.combiner in ("max", "min") or kind in "iub":
-            return u
-        return u if u.fast_math and self.cg.fast_math else None
-
-    def _tree_block(self, u, cols, jb, base, mask):
-        cg, k = self.cg, self.block
-        b, dt = cg.b, u.buffer.dtype
-        j = self.outer.var
-        cg.env[self.var] = base
-        vals = []
-        for c in range(k):
-            cg.env[j] = b.add(jb, ir.Constant(I64, c))
-            self.override = {key: v[c] for key, v in cols.items()}
-            vals.append(self.reduced_value(u, mask))
-        with self.vector_ops():
-            while len(vals) > 1:
-                vals = [COMBINE[u.combiner](cg, dt, vals[t], vals[t + 1], u.fast_math)
-                        for t in range(0, len(vals), 2)]
-            acc = self._read(u.buffer, u.index, mask)
-            self._write(u.buffer, u.index,
-                        COMBINE[u.combiner](cg, dt, acc, vals[0], u.fast_math), mask)
-        del cg.env[self.var]
-
-    def _serial(self, start, stop, step, body, name):
-        """A counted loop that LLVM must not vectorize again (its body is vector code)."""
-        cg = self.cg
-        md = cg.module.add_metadata([ir.MetaDataString(cg.module, "llvm.loop.vectorize.enable"),
-                                     ir.Constant(I1, 0)])
-        cg.counted_loop(start, stop, step, name, body, _self_referential(cg.module, md))
-
-    def _transposed_block(self, a, base, mask):
-        """The W x K block of `a` (rows: the lanes base.., columns: the current j..j+K-1)
-        as K vectors of W lanes. The rows' K-element loads are concatenated into K
-        vectors of W elements (the block's elements in row-major order), then log2 W
-        rounds of perfect shuffles (each rotates the bits of an element's flat index by
-        one) move element (r, c) from r*K + c to c*W + r: vector c, lane r. K*W elements
-        fill at most 16 registers, so the block stays in registers."""
-        cg, w, k = self.cg, self.w, self.block
-        b = cg.b
-        kty = ir.VectorType(memory_type(a.dtype), k)
-        rows = []
-        for r in range(w):
-            cg.env[self.var] = b.add(base, ir.Constant(I64, r))
-            ptr = cg.address(a.tensor, a.index)
-            if mask is None:
-                v = b.load(_vector_pointer(b, ptr, kty), typ=kty, align=itemsize(a.dtype))
-            else:                   # a masked-off lane's row may not exist: do not touch it
-                on = self._splat_to(b.extract_element(mask, ir.Constant(I32, r)), k)
-                fn = cg._extern(f"llvm.masked.load.{type_suffix(kty)}.p0", kty,
-                                [PTR, I32, on.type, kty])
-                v = b.call(fn, [ptr, ir.Constant(I32, itemsize(a.dtype)), on,
-                                ir.Constant(kty, None)])
-            rows.append(v)
-        cg.env[self.var] = base
-        vs = rows
-        while vs[0].type.count < w:             # concatenate neighbouring rows
-            n = vs[0].type.count
-            idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, x)
-                                                          for x in range(2 * n)])
-            vs = [b.shuffle_vector(vs[t], vs[t + 1], idx) for t in range(0, len(vs), 2)]
-        half, n = w // 2, len(vs)
-        for _ in range(w.bit_length() - 1):
-            new = []
-            for t in range(n):
-                off = (t % 2) * half
-                idx = [off + e // 2 + (w if e % 2 else 0) for e in range(w)]
-                new.append(b.shuffle_vector(vs[t // 2], vs[n // 2 + t // 2], ir.Constant(
-                    ir.VectorType(I32, w), [ir.Constant(I32, x) for x in idx])))
-            vs = new
-        if np.dtype(a.dtype).kind == "b":
-            vs = [b.trunc(v, self.vtype(I1)) for v in vs]
-        return vs
-
-    def _splat_to(self, v, n):
-        b = self.cg.b
-        one = b.insert_element(ir.Constant(ir.VectorType(v.type, n), None), v,
-                               ir.Constant(I32, 0))
-        return b.shuffle_vector(one, ir.Constant(ir.VectorType(v.type, n), None),
-                                ir.Constant(ir.VectorType(I32, n), [ir.Constant(I32, 0)] * n))

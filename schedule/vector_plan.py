@@ -1,6 +1,8 @@
-"""Which VECTOR loops get explicit vector code, and at what width: the analysis half
-of vector.py (whose docstring states the rules). `plan_vector_loop(loop)` returns a
-VectorPlan, or a string saying why the loop stays scalar."""
+"""Which VECTOR loops get explicit vector code, and at what width: the analysis behind
+the vector plans that schedule/vectorize.py attaches to the loop nest (and that
+backends/llvm/vector.py emits; its docstring states the rules).
+`plan_vector_loop(loop)` returns a VectorPlan, or a string saying why the loop stays
+scalar."""
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -8,22 +10,10 @@ import sympy as sp
 
 from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
 
-from ...scheduler.ir import Guard, Loop, Scope, Store, Update
-from ...scheduler import host as host_info
-from .jit import Host  # noqa: F401  (register_bits(host) takes one)
+from .ir import Guard, Loop, Scope, Store, Update
+from .target import target
 
 MAX_REGISTERS = 4          # the widest value type of a body fills at most this many
-
-
-def register_bits(host=None):
-    """The vector register width of the host: 512 (avx512f), 256 (avx2) or 128."""
-    if host is None:
-        return host_info.register_bits()
-    if host.has_feature("avx512f"):
-        return 512
-    if host.has_feature("avx2"):
-        return 256
-    return 128
 
 
 def itemsize(dt):
@@ -60,33 +50,34 @@ class VectorPlan:
     vnni_widths: tuple = ()                         # the host's vpdpbusd widths (bits)
     bits: int = 512                                 # the register width planned for
 
+    def describe(self):
+        """The plan in a few words, for printed loop nests."""
+        lanes = f"{self.width} lanes" + (f" x {self.unroll}" if self.unroll > 1 else "")
+        parts = [lanes]
+        if self.reductions:
+            n = len(self.reductions)
+            parts.append(f"{n} vector accumulator{'s' if n > 1 else ''}")
+        if self.vnni:
+            parts.append("vpdpbusd dots")
+        if self.whole:
+            parts.append("local buffer in registers")
+        return ", ".join(parts)
+
 
 class _Refuse(Exception):
     pass
 
 
 def plan_vector_loop(loop, fast_math=True, bits=None, partials=None, vnni=None):
-    """A VectorPlan, or a string saying why the loop stays scalar. `partials`: ids of the
-    kernel's sum-only partial buffers (`sum_partials`), whose lanes a VNNI dot may
-    redistribute; `vnni`: the VNNI dot widths in bits the host runs (`vnni_bits`), or
-    None for none."""
+    """A VectorPlan, or a string saying why the loop stays scalar. `bits`: the register
+    width (default the target's); `partials`: ids of the kernel's sum-only partial
+    buffers (`sum_partials`), whose lanes a VNNI dot may redistribute; `vnni`: the VNNI
+    dot widths in bits to use (Target.vnni_widths), or None for none."""
     try:
-        return _Planner(loop, fast_math, bits or register_bits(), partials or set(),
+        return _Planner(loop, fast_math, bits or target().vector_bits, partials or set(),
                         vnni or ()).plan()
     except _Refuse as why:
         return str(why)
-
-
-def vnni_bits(host):
-    """Widths (bits) of the vpdpbusd forms this host runs: 512 with avx512vnni, 256 and
-    128 with avx512vnni + avx512vl or with avxvnni."""
-    out = []
-    if host.has_feature("avx512vnni"):
-        out.append(512)
-    if (host.has_feature("avx512vnni") and host.has_feature("avx512vl")) or \
-            host.has_feature("avxvnni"):
-        out += [256, 128]
-    return tuple(out)
 
 
 def local_flat(buf, index):

@@ -1,0 +1,145 @@
+"""The LLVM types of tex's dtypes and the small IR helpers every emitter shares: the
+Builder (constant folding and a dominator record for index arithmetic), constants,
+intrinsic name suffixes, Python's floor division, loop metadata."""
+import contextlib
+
+import numpy as np
+from llvmlite import ir
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+FAST = ("reassoc", "contract", "nsz")
+
+
+def value_type(dt):
+    """The register type of a dtype (bool is i1)."""
+    dt = np.dtype(dt)
+    if dt.kind == "b":
+        return I1
+    if dt.kind in "iu":
+        return ir.IntType(8 * dt.itemsize)
+    return {2: ir.HalfType(), 4: ir.FloatType(), 8: ir.DoubleType()}[dt.itemsize]
+
+
+def memory_type(dt):
+    """The in-memory type of a dtype (bool is one byte)."""
+    return I8 if np.dtype(dt).kind == "b" else value_type(dt)
+
+
+def is_i64_constant(v):
+    return isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int)
+
+
+def _fold(lhs, rhs, op, zero=False, one=False):
+    """The i64 result of `op` when it is known now: both operands constant, or (for add)
+    one of them 0, or (for mul) one of them 1 or 0. None otherwise."""
+    a, b = is_i64_constant(lhs), is_i64_constant(rhs)
+    if a and b:
+        value = op(lhs.constant, rhs.constant) & (2**64 - 1)
+        return ir.Constant(I64, value - 2**64 if value >= 2**63 else value)
+    if not (a or b) or lhs.type != I64 or rhs.type != I64:
+        return None
+    const, other = (lhs, rhs) if a else (rhs, lhs)
+    if zero and const.constant == 0:
+        return other
+    if one and const.constant == 1:
+        return other
+    if one and const.constant == 0:
+        return const
+    return None
+
+
+class Builder(ir.IRBuilder):
+    """An IRBuilder that records, for the blocks its structured constructs create
+    (if/else, counted loops, allocation checks), the block that dominates them, so
+    that Codegen._reuse may take a value computed in a dominating block."""
+
+    def __init__(self, block, idom):
+        super().__init__(block)
+        self.idom = idom                  # block -> its immediate dominator
+
+    # index arithmetic folds on constants and identities as it is emitted (llvmlite
+    # does not): the unrolled rows and vector chunks of a register tile are full of
+    # `add 0, 16` and `mul 1, x`, and LLVM's time grows with every instruction
+    def add(self, lhs, rhs, name="", flags=()):
+        folded = _fold(lhs, rhs, lambda a, b: a + b, zero=True)
+        return folded if folded is not None else super().add(lhs, rhs, name, flags)
+
+    def sub(self, lhs, rhs, name="", flags=()):
+        if is_i64_constant(rhs) and rhs.constant == 0 and lhs.type == I64:
+            return lhs
+        folded = _fold(lhs, rhs, lambda a, b: a - b)
+        return folded if folded is not None else super().sub(lhs, rhs, name, flags)
+
+    def mul(self, lhs, rhs, name="", flags=()):
+        folded = _fold(lhs, rhs, lambda a, b: a * b, one=True)
+        return folded if folded is not None else super().mul(lhs, rhs, name, flags)
+
+    def dominated(self, block, by=None):
+        self.idom[block] = self.block if by is None else by
+        return block
+
+    def dominates(self, a, b):
+        """Is block `a` (known to be) a dominator of block `b`?"""
+        for _ in range(64):
+            if b is a:
+                return True
+            b = self.idom.get(b)
+            if b is None:
+                return False
+        return False
+
+    @contextlib.contextmanager
+    def if_then(self, pred, likely=None):
+        before = self.block
+        with super().if_then(pred, likely) as end:
+            self.idom[self.block] = before
+            yield end
+        self.idom[self.block] = before
+
+    @contextlib.contextmanager
+    def if_else(self, pred, likely=None):
+        before = self.block
+
+        @contextlib.contextmanager
+        def arm(inner):
+            with inner:
+                self.idom[self.block] = before
+                yield
+        with super().if_else(pred, likely) as (then, otherwise):
+            yield arm(then), arm(otherwise)
+        self.idom[self.block] = before
+
+
+def self_referential(module, *hints):
+    """`!0 = distinct !{!0, hints...}`: the form LLVM's loop metadata needs."""
+    md = module.add_metadata([None, *hints])
+    md.operands = (md, *hints)
+    return md
+
+
+def type_suffix(ty):
+    """The overload suffix of an intrinsic: i32, f64, v16f32, v64i8."""
+    if isinstance(ty, ir.VectorType):
+        return f"v{ty.count}{type_suffix(ty.element)}"
+    if isinstance(ty, ir.IntType):
+        return f"i{ty.width}"
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(ty)]
+
+
+def const(dt, value):
+    ty = value_type(dt)
+    if isinstance(ty, ir.IntType):
+        return ir.Constant(ty, int(value) & ((1 << ty.width) - 1) if ty.width > 1
+                           else int(bool(value)))
+    return ir.Constant(ty, float(value))
+
+
+def floor_div(b, a, d):
+    """Python's a // d for i64 (d != 0): sdiv rounds toward zero, floor rounds down."""
+    q = b.sdiv(a, d)
+    r = b.srem(a, d)
+    neg = b.icmp_signed("!=", b.icmp_signed("<", r, ir.Constant(I64, 0)),
+                        b.icmp_signed("<", d, ir.Constant(I64, 0)))
+    adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)), neg)
+    return b.sub(q, b.zext(adjust, I64))

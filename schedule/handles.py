@@ -1,0 +1,261 @@
+"""Schedule handles: `s[C]` (a StageHandle) and its loops (LoopHandle). Each primitive
+method resolves its loop arguments, calls a pure primitive (schedule/primitives.py) for
+the new state, and commits it with its step record once the schedule has checked it
+(`Schedule._check`): a refused primitive changes nothing."""
+import sympy as sp
+
+from tex.errors import ScheduleError
+from tex.expr import Index
+
+from . import primitives as P
+from .ir import Guard, LoopKind, Stage
+from .printer import format_nest
+from .stage import lower_stage
+from .steps import (ComputeAt, Pack, Privatize, Reorder, SetKind, Specialize, Split, SplitK,
+                    recorded_parts)
+from .strategies import reduction_strategy
+
+
+class LoopHandle:
+    """A loop of one stage of one schedule: `.name`, `.is_reduction`."""
+    __slots__ = ("stage", "var")
+
+    def __init__(self, stage, var):
+        self.stage, self.var = stage, var
+
+    @property
+    def name(self):
+        return self.var.name
+
+    @property
+    def is_reduction(self):
+        axis = self.stage.state.axis(self.var)
+        return bool(axis and axis.reduction)
+
+    @property
+    def kind(self):
+        axis = self.stage.state.axis(self.var)
+        return axis.kind.value if axis else None
+
+    def __repr__(self):
+        red = ", reduction" if self.is_reduction else ""
+        return f"<loop {self.name} of {self.stage.name}{red}>"
+
+
+class StageHandle:
+    """`s[C]`: the schedule of one definition."""
+
+    def __init__(self, sched, defn):
+        self.sched, self.definition = sched, defn
+        self.name = defn.name
+        self.origin = {}           # user's tex.indices object -> this stage's loop variable
+        self.specializations = []  # Specialization handles, tried in order at run time
+
+    @property
+    def state(self):
+        return self.sched._states[self.definition]
+
+    def _store(self, state):
+        self.sched._states[self.definition] = state
+
+    def _apply(self, state, *steps):
+        """Make `state` this stage's, recording `steps`, once it is known legal (a
+        refused state raises ScheduleError and changes nothing)."""
+        self.sched._check(self.state, state)
+        self._store(state)
+        for step in steps:
+            self.sched._record(step)
+
+    @property
+    def loops(self):
+        return [LoopHandle(self, a.var) for a in self.state.axes]
+
+    def _var(self, prim, loop):
+        """A loop argument -> this stage's loop variable (refusing other stages' loops)."""
+        if isinstance(loop, LoopHandle):
+            if loop.stage is not self:
+                raise ScheduleError(f"{prim}: loop {loop.name} belongs to stage "
+                                    f"{loop.stage.name} of "
+                                    f"{'another schedule' if loop.stage.sched is not self.sched else 'this schedule'}"
+                                    f", not to stage {self.name}")
+            var = loop.var
+        elif isinstance(loop, Index):
+            var = self.state.subst.get(loop)
+            if var is None or self.state.axis(var) is None:
+                raise ScheduleError(f"{prim}: index {loop.name} is not a loop of stage "
+                                    f"{self.name} (already split, or not one of its indices)")
+        elif isinstance(loop, str):
+            matches = [a.var for a in self.state.axes if a.name == loop]
+            if not matches:
+                names = ", ".join(a.name for a in self.state.axes)
+                raise ScheduleError(f"{prim}: stage {self.name} has no loop named {loop!r} "
+                                    f"(loops: {names})")
+            var = matches[0]
+        else:
+            raise ScheduleError(f"{prim}: {loop!r} is not a loop handle, index or name")
+        if self.state.axis(var) is None:
+            raise ScheduleError(f"{prim}: loop {var.name} is no longer a loop of stage "
+                                f"{self.name} (it was split)")
+        return var
+
+    # ------------------------------------------------------------ primitives
+    def split(self, loop, factor, tail="peel"):
+        var = self._var("split", loop)
+        state, outer, inner = P.split(self.state, var, factor, P.Tail.parse(tail))
+        self._apply(state, Split(self.name, var.name, factor, P.Tail.parse(tail).value))
+        return LoopHandle(self, outer), LoopHandle(self, inner)
+
+    def split_k(self, loop, parts):
+        """Split a reduction loop into `parts` parallel chunks with private partial
+        results and a merge; `parts` may be `tex.param("P")` (chosen at call time)."""
+        var = self._var("split_k", loop)
+        state, outer, inner = P.split_k(self.state, var, parts)
+        self._apply(state, SplitK(self.name, var.name, recorded_parts(parts)))
+        return LoopHandle(self, outer), LoopHandle(self, inner)
+
+    def privatize(self, loop):
+        """Keep the partial results of reduction loop `loop` apart and merge them after."""
+        var = self._var("privatize", loop)
+        self._apply(P.privatize(self.state, var), Privatize(self.name, var.name))
+
+    def pack(self, tensor, at, layout="box"):
+        """Copy what the loops below `at` read of `tensor` into a contiguous buffer:
+        `layout="box"` keeps the tensor's dimensions, `layout="loops"` lays it out in the
+        order the loops read it (BLIS's packed micro-panels, zero-padded)."""
+        if isinstance(tensor, str):
+            tensor = self.sched.program.tensor(tensor)
+        var = self._var("pack", at)
+        self._apply(P.pack(self.state, tensor, var, layout),
+                    Pack(self.name, tensor.name, var.name, layout))
+
+    def compute_at(self, consumer, at):
+        """Compute this definition inside loop `at` of `consumer`, only over the part the
+        consumer reads below `at`, into a local buffer (never written to memory whole)."""
+        sched = self.sched
+        cons = consumer if isinstance(consumer, StageHandle) else sched[consumer]
+        d = self.definition
+        if d in sched.program.outputs:
+            raise ScheduleError(f"compute_at: {d.name} is an output of the program; it must be "
+                                "computed whole")
+        if d in sched._hosted_by:
+            raise ScheduleError(f"compute_at: {d.name} is already computed inside "
+                                f"{sched._hosted_by[d].name}")
+        var = cons._var("compute_at", at)
+        if cons.specializations or isinstance(cons, Specialization):
+            base = cons.parent if isinstance(cons, Specialization) else cons
+            raise ScheduleError(f"compute_at: stage {base.name} has specialized schedules "
+                                "(specialize, or the auto schedule of a contraction); "
+                                f"{d.name} can be computed inside one nest only: fuse "
+                                "before specializing")
+        cons._apply(P.host(cons.state, d, var), ComputeAt(self.name, cons.name, var.name))
+        sched._hosted_by[d] = cons.definition
+
+    def reduction_strategy(self, name, tail="peel", accumulators=None):
+        """How the innermost reduction loop uses vector registers (seeds/004):
+        "inner_reduction", "vector_accumulator" or "inner_parallel" (see
+        schedule/strategies.py), built from the primitives, whose steps go to
+        `s.history`; `tail` is the vector loops' tail, "peel" or "mask"; `accumulators`
+        the vector accumulator's count of vectors. A refused strategy changes nothing."""
+        state, steps = reduction_strategy(self.state, name, tail, accumulators)
+        vector = next(a for a in reversed(state.axes) if a.kind is LoopKind.VECTOR)
+        self.sched._check_vector("reduction_strategy", state, vector.var)
+        self._apply(state, *steps)
+
+    def specialize(self, condition):
+        """A specialization of this stage (Halide's `specialize`): a handle whose
+        schedule starts as this one's and is used, at run time, for calls where
+        `condition` -- a relation of sizes and call-time parameters, such as
+        `(M >= 6) & (N >= 16)` -- holds. Specializations are tried in the order they
+        were made; calls where none holds run this stage's own schedule. Both nests
+        are compiled into the one kernel."""
+        cond = sp.sympify(condition)
+        if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
+            raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
+                                "condition on sizes (a relation such as M >= 64)")
+        known = set(self.sched.program.sizes) | set(self.sched.program.params)
+        unknown = [str(x) for x in cond.free_symbols if x not in known]
+        if unknown:
+            raise ScheduleError(f"specialize: in stage {self.name}, the condition {cond} uses "
+                                f"{', '.join(sorted(unknown))}, which are not sizes or "
+                                "parameters of the program")
+        spec = Specialization(self, cond, len(self.specializations) + 1)
+        self.specializations.append(spec)
+        self.sched._record(Specialize(self.name, str(cond)))
+        return spec
+
+    def lower(self, buffers, states):
+        """This stage's Stage node: its own nest, or `if c1: spec1 elif c2: ... else:
+        own` when it has specializations."""
+        own = lower_stage(self.state, buffers, states)
+        if not self.specializations:
+            return own
+        body, taken = [], []
+        for spec in self.specializations:
+            cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
+            body.append(Guard(cond, lower_stage(spec.state, buffers, states).body))
+            taken.append(spec.condition)
+        body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own.body))
+        return Stage(self.definition, tuple(body))
+
+    def tile(self, *loops_and_factors, tail="peel"):
+        """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
+        pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
+        outs, ins = [], []
+        for loop, factor in pairs:
+            o, i = self.split(loop, factor, tail)
+            outs.append(o)
+            ins.append(i)
+        self.reorder(*outs, *ins)
+        return tuple(outs + ins)
+
+    def reorder(self, *loops):
+        vars_ = [self._var("reorder", x) for x in loops]
+        self._apply(P.reorder(self.state, vars_), Reorder(self.name, tuple(v.name for v in vars_)))
+
+    def _kind(self, loop, kind, tail="peel"):
+        var = self._var(kind.value, loop)
+        state = P.set_kind(self.state, var, kind, tail)
+        if kind is LoopKind.VECTOR:
+            self.sched._check_vector("vectorize", state, var)
+        self._apply(state, SetKind(self.name, var.name, kind.value, tail))
+
+    def parallel(self, loop):
+        self._kind(loop, LoopKind.PARALLEL)
+
+    def vectorize(self, loop, tail="peel"):
+        """Run the innermost loop on the target's vector registers; `tail` is "peel" (a
+        scalar remainder loop) or "mask" (masked loads and stores for the last vector).
+        A loop whose body cannot run on vectors is refused, with the reason."""
+        self._kind(loop, LoopKind.VECTOR, tail)
+
+    def unroll(self, loop):
+        self._kind(loop, LoopKind.UNROLLED)
+
+    def __str__(self):
+        return format_nest(lower_stage(self.state, self.sched._buffers()))
+
+
+class Specialization(StageHandle):
+    """`s[C].specialize(cond)`: the schedule of C for calls where `cond` holds. It has
+    the primitives of a stage; its steps are recorded under the name `C#n`."""
+
+    def __init__(self, parent, condition, number):
+        super().__init__(parent.sched, parent.definition)
+        self.parent, self.condition = parent, condition
+        self.name = f"{parent.name}#{number}"
+        self._state = parent.state
+        self.origin = dict(parent.origin)
+
+    @property
+    def state(self):
+        return self._state
+
+    def _store(self, state):
+        self._state = state
+
+    def specialize(self, condition):
+        raise ScheduleError(f"specialize: {self.name} is a specialization already; "
+                            f"specialize {self.parent.name} with a combined condition")
+
+    def lower(self, buffers, states):
+        return lower_stage(self.state, buffers, states)

@@ -1,0 +1,82 @@
+"""A schedule's history: frozen step records, one per primitive applied, serialised to
+JSON and replayed by name (Schedule.replay). `repr(step)` is valid Python."""
+import json
+from dataclasses import asdict, dataclass
+
+from tex.expr import AutoParts, Param
+
+
+@dataclass(frozen=True)
+class Split:
+    stage: str
+    loop: str
+    factor: int
+    tail: str = "peel"
+
+
+@dataclass(frozen=True)
+class Reorder:
+    stage: str
+    loops: tuple
+
+
+@dataclass(frozen=True)
+class SplitK:
+    stage: str
+    loop: str
+    parts: object             # an int, "param:NAME" for a call-time tex.param, or
+    #                           "auto:NAME|rows|length" for the auto schedule's AutoParts
+
+
+@dataclass(frozen=True)
+class Privatize:
+    stage: str
+    loop: str
+
+
+@dataclass(frozen=True)
+class Pack:
+    stage: str
+    tensor: str
+    at: str
+    layout: str = "box"
+
+
+@dataclass(frozen=True)
+class ComputeAt:
+    stage: str              # the producer
+    consumer: str
+    at: str
+
+
+@dataclass(frozen=True)
+class SetKind:
+    stage: str
+    loop: str
+    kind: str
+    tail: str = "peel"
+
+
+@dataclass(frozen=True)
+class Specialize:
+    stage: str
+    condition: str          # a relation of sizes and params, as sympy prints it
+
+
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
+                                         SetKind, Specialize)}
+
+
+def recorded_parts(parts):
+    """A split_k part count as a step records it (an int, or a string naming the param)."""
+    if isinstance(parts, AutoParts):
+        return f"auto:{parts}|{parts.rows}|{parts.length}"
+    return f"param:{parts}" if isinstance(parts, Param) else parts
+
+
+def to_json(steps):
+    return json.dumps([{"step": type(s).__name__, **asdict(s)} for s in steps])
+
+
+def from_json(text):
+    return [STEPS[d.pop("step")](**d) for d in json.loads(text)]

@@ -1,0 +1,133 @@
+"""The machine tex generates code for: one set of facts that the code generator and
+every heuristic read (vector width, register file, caches, cores).
+
+    target()            the current Target: the host's, unless overridden
+    overriding(t)       a context in which target() is `t` (tests, benchmarks)
+
+The host's facts come from llvmlite (the CPU name and features, the same source the
+code generator uses), /sys (the data caches of CPU 0) and the process's CPU affinity
+(the cores). Nothing assumes AVX-512: a host without it gets 256- or 128-bit vectors.
+"""
+import contextlib
+import functools
+import os
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Target:
+    """A CPU as code generation sees it."""
+    cpu: str                 # LLVM's CPU name (znver3, skylake-avx512, ...)
+    features: str            # LLVM's feature string: +avx2,+fma,-avx512f,...
+    caches: tuple = ()       # ((level, bytes), ...): data and unified caches of one core
+    cores: int = 1           # CPUs this process may use
+
+    @functools.cached_property
+    def feature_set(self):
+        return frozenset(f[1:] for f in self.features.split(",") if f.startswith("+"))
+
+    def has(self, feature):
+        return feature in self.feature_set
+
+    @property
+    def vector_bits(self):
+        """The vector register width: 512 (avx512f), 256 (avx2) or 128."""
+        if self.has("avx512f"):
+            return 512
+        return 256 if self.has("avx2") else 128
+
+    @property
+    def vector_registers(self):
+        """Architectural vector registers: 32 with AVX-512, else 16."""
+        return 32 if self.has("avx512f") else 16
+
+    def lanes(self, dtype):
+        """Elements of `dtype` in one vector register."""
+        return max(1, self.vector_bits // (8 * np.dtype(dtype).itemsize))
+
+    @property
+    def vnni_widths(self):
+        """Widths (bits) of the vpdpbusd forms this CPU runs: 512 with avx512vnni, 256
+        and 128 with avx512vnni + avx512vl or with avxvnni."""
+        out = []
+        if self.has("avx512vnni"):
+            out.append(512)
+        if (self.has("avx512vnni") and self.has("avx512vl")) or self.has("avxvnni"):
+            out += [256, 128]
+        return tuple(out)
+
+    def narrowed(self, bits):
+        """This CPU with vectors of at most `bits` bits (AVX-512 and AVX2 turned off as
+        needed): code for it runs here, and heuristics see the narrower registers."""
+        off = {512: (), 256: ("avx512f",), 128: ("avx512f", "avx2")}[bits]
+        features = [f if f[1:] not in off else "-" + f[1:] for f in self.features.split(",")]
+        return replace(self, features=",".join(features))
+
+    def cache(self, level, default):
+        """The size in bytes of this level's data cache, or `default` if unknown."""
+        return dict(self.caches).get(level, default)
+
+
+def host():
+    """The machine this process runs on (read once)."""
+    if not _host:
+        import llvmlite.binding as llvm
+        llvm.initialize_native_target()
+        _host.append(Target(llvm.get_host_cpu_name(),
+                            llvm.get_host_cpu_features().flatten(),
+                            tuple(sorted(_cache_sizes().items())), _cores()))
+    return _host[0]
+
+
+_host = []
+_local = threading.local()
+
+
+def target():
+    """The Target code is generated for: the host, or an override in effect."""
+    override = getattr(_local, "override", None)
+    return override if override is not None else host()
+
+
+@contextlib.contextmanager
+def overriding(t):
+    """Generate code and derive heuristics for `t` inside the block (this thread)."""
+    saved = getattr(_local, "override", None)
+    _local.override = t
+    try:
+        yield t
+    finally:
+        _local.override = saved
+
+
+def _cache_sizes():
+    """{level: bytes} of the data caches of CPU 0, from /sys (empty when unavailable)."""
+    out = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        entries = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for entry in entries:
+        path = os.path.join(base, entry)
+        try:
+            with open(os.path.join(path, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(path, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(path, "size")) as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified"):
+            scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(size[-1], 1)
+            out[level] = int(size.rstrip("KMG")) * scale
+    return out
+
+
+def _cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)

@@ -1,0 +1,208 @@
+"""The vector plan of a scheduled loop nest, as a pass `Kernel -> Kernel` (Halide's
+VectorizeLoops): every decision about vector code is made here, recorded on the loops
+(`Loop.plan`), printed by `print(s)` and read by the LLVM emitter, which decides
+nothing of its own.
+
+    for each VECTOR loop:     its VectorPlan (vector_plan.py: width, unroll, the
+                              accesses that move with it, reductions and their vector
+                              accumulators, VNNI dots, whole local buffers), or, when its
+                              body cannot run on vectors, a SERIAL loop with the reason
+                              (`Scalar`); `s[C].vectorize(j)` refuses such a loop at
+                              once with that reason
+    full tiles:               a SERIAL loop `jo` around vector loops of extent
+                              Min(c, A - c*jo) (the last tile of a split is shorter)
+                              becomes two loops: jo < floor(A/c), where every tile is
+                              whole and its vector loops have the constant extent c (one
+                              vector, no tail test), then the rest (`Peeled`)
+    transposed rows:          a SERIAL loop `for j` whose body is one vector loop reading
+                              rows across its lanes (the inner-parallel reduction
+                              `for j: for ii (vector): acc[ii] += X[ii, j]`) loads blocks
+                              of K columns of the W rows and transposes them in registers
+                              (`Transposed`)
+
+A plan describes the loop it was made for: `Loop.replace` drops it, and the pass plans
+again whatever lacks one (it is idempotent on a planned nest).
+"""
+from dataclasses import dataclass
+
+import sympy as sp
+
+from tex.expr import Access, walk as walk_expr
+
+from .ir import Guard, Loop, LoopKind, Store, Update, map_nest, walk
+from .target import target
+from .vector_plan import affine_coefficient, itemsize, plan_vector_loop, sum_partials
+
+USE_VNNI = True          # int8 sums by vpdpbusd where the target has it (tests turn it off)
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A loop scheduled VECTOR that runs on scalars, and why."""
+    reason: str
+
+    def describe(self):
+        return f"scalar: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Peeled:
+    """One of the two loops a full-tile peel makes: "full" (its vector loops have a
+    constant extent) or "rest"."""
+    part: str
+
+    def describe(self):
+        return "whole tiles" if self.part == "full" else "the last tile"
+
+
+@dataclass(frozen=True, eq=False)
+class Transposed:
+    """The serial loop around one vector loop whose `rows` (reads that move with the
+    lanes and with this loop) load as transposed blocks of `block` columns."""
+    rows: tuple
+    block: int
+
+    def describe(self):
+        names = ", ".join(dict.fromkeys(a.tensor.name for a in self.rows))
+        return f"rows of {names} transposed in blocks of {self.block} columns"
+
+
+def plan_vectors(kernel, fast_math=True):
+    """The kernel with a plan on every VECTOR loop and on the loops around them."""
+    partials = sum_partials(kernel)
+    vnni = target().vnni_widths if USE_VNNI else ()
+
+    def vector(loop):
+        plan = plan_vector_loop(loop, fast_math, partials=partials, vnni=vnni)
+        if isinstance(plan, str):
+            return loop.replace(kind=LoopKind.SERIAL, plan=Scalar(plan))
+        if plan.width < 2:
+            return loop.replace(kind=LoopKind.SERIAL, plan=Scalar("one lane"))
+        return loop.replace(plan=plan)
+
+    def visit(node):
+        if not isinstance(node, Loop) or node.plan is not None:
+            return node
+        if node.kind is LoopKind.VECTOR:
+            return vector(node)
+        if node.kind is not LoopKind.SERIAL:
+            return node
+        transposed = _transposed(node, fast_math)
+        if transposed is not None:
+            return node.replace(plan=transposed)
+        peeled = _peel_full_tiles(node)
+        if peeled is not None:
+            full, rest = peeled
+            return (map_nest(full, visit).replace(plan=Peeled("full")),
+                    rest.replace(plan=Peeled("rest")))
+        return node
+    return map_nest(kernel, visit)
+
+
+def vector_refusal(loop, fast_math=True):
+    """Why `loop` (a VECTOR loop) cannot run on vector registers, or None."""
+    plan = plan_vector_loop(loop, fast_math)
+    return plan if isinstance(plan, str) else None
+
+
+# ---------------------------------------------------------------- full tiles
+
+def _peel_full_tiles(loop):
+    """(full, rest) for a loop `jo` holding vector loops of extent Min(c, A - c*jo) as
+    direct children, or None: full runs jo < floor(A/c) with the extents c, rest the
+    remaining iterations as they were."""
+    jo = loop.var
+    tiles, split = {}, None
+    inner_vars = {n.var for n in walk(loop) if isinstance(n, Loop)}
+    children = {id(c) for c in loop.body}
+    for n in walk(loop):
+        if not (isinstance(n, Loop) and n.kind is LoopKind.VECTOR):
+            continue
+        e = sp.sympify(n.extent)
+        if jo not in e.free_symbols:
+            continue
+        if id(n) not in children:
+            return None          # copies of deeper loops: more code than the tests save
+        if not isinstance(e, sp.Min) or len(e.args) != 2:
+            return None
+        c = next((x for x in e.args if x.is_Integer), None)
+        rest = next((x for x in e.args if not x.is_Integer), None)
+        if c is None or rest is None or c <= 0 or affine_coefficient(rest, jo) != -c:
+            return None
+        bound = sp.floor(sp.expand(rest + c * jo) / c)       # jo < bound: A - c*jo >= c
+        if bound.free_symbols & inner_vars:
+            return None                                       # not known before the loop
+        tiles[e] = c
+        split = bound if split is None else sp.Min(split, bound)
+    if not tiles:
+        return None
+
+    def whole(node):
+        if isinstance(node, Loop) and node.kind is LoopKind.VECTOR and \
+                sp.sympify(node.extent) in tiles:
+            return node.replace(extent=tiles[sp.sympify(node.extent)])
+        return node
+    start, end = sp.sympify(loop.start), sp.sympify(loop.start) + sp.sympify(loop.extent)
+    mid = sp.Min(sp.Max(split, start), end)
+    full = map_nest(loop, whole).replace(extent=mid - start)
+    rest = loop.replace(start=mid, extent=end - mid)
+    return full, rest
+
+
+# ---------------------------------------------------------------- transposed rows
+
+def _transposed(loop, fast_math):
+    """The Transposed plan of `for j: V` (V one vector loop, not reducing along its
+    lanes, whose reads of rows move across the lanes and by one along j), or None."""
+    if len(loop.body) != 1:
+        return None
+    inner = loop.body[0]
+    if not isinstance(inner, Loop) or inner.kind is not LoopKind.VECTOR:
+        return None
+    j = loop.var
+    if j in sp.sympify(inner.start).free_symbols | sp.sympify(inner.extent).free_symbols:
+        return None
+    plan = inner.plan if inner.plan is not None else plan_vector_loop(inner, fast_math)
+    if isinstance(plan, str) or not hasattr(plan, "width") or plan.reductions or \
+            plan.width < 2 or plan.unroll != 1:
+        return None
+    found = _transposable(inner, plan, j)
+    return None if found is None else Transposed(tuple(found[0]), found[1])
+
+
+def _transposable(inner, plan, j):
+    """The reads of the vector loop `inner` to load as transposed blocks (they move
+    with the lanes and with j, from buffers the loop does not write, and a register of
+    their elements holds W of them) and the block's columns, or None when the loop does
+    not fit the pattern: statements whose targets move with j, guards on j, other reads
+    that move with j and the lanes."""
+    var, w = inner.var, plan.width
+    if w & (w - 1):
+        return None
+    out, blocks = [], set()
+    for s in walk(inner):
+        if isinstance(s, Guard) and j in s.cond.free_symbols:
+            return None
+        if not isinstance(s, (Store, Update)):
+            continue
+        targets = [(s.buffer, s.index)] + ([(s.arg.buffer, s.arg.index)]
+                                            if getattr(s, "arg", None) else [])
+        if any(j in sp.sympify(ix).free_symbols for _, index in targets for ix in index):
+            return None
+        values = [s.value] + ([s.arg.position] if getattr(s, "arg", None) else [])
+        for v in values:
+            for a in walk_expr(v):
+                if not isinstance(a, Access):
+                    continue
+                along_j = any(affine_coefficient(ix, j) != 0 for ix in a.index)
+                across = any(affine_coefficient(ix, var) != 0 for ix in a.index)
+                if not (along_j and across):
+                    continue
+                if id(a.tensor) in plan.written:
+                    return None
+                # K columns: W*K elements in at most 16 registers
+                blocks.add(max(2, min(w, 16 * plan.bits // (8 * w * itemsize(a.dtype)))))
+                out.append(a)
+    if not out or len(blocks) != 1:
+        return None
+    return out, blocks.pop()

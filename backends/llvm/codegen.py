@@ -3,59 +3,75 @@
 Each kernel is two functions:
 
     i32 @k(ptr arr0, ..., i64 param0, ...)        the entry point called from Python
-    void @k.body(ptr noalias data0, ..., i64 stride..., i64 size..., i64 param...)
+    i32 @k.body(ptr noalias data0, ..., i64 stride..., i64 size..., i64 param...)
 
-`@k` receives numpy array objects, reads data pointers, shapes and strides from
-numpy's array struct (no Python-side pointer extraction, which costs ~1 us an
-array), checks that strides and data are aligned to the element size (returns 1 if
-not, and Python retries with copies), binds the sizes and calls `@k.body`, which is
-always inlined so that its `noalias` arguments become alias scopes for the optimizer.
-Index arithmetic is 64-bit and follows Python's floor semantics for `//` and `%`.
-Element strides may be negative or zero, so views work without copies.
+`@k` (entry.py) reads the arrays' data pointers, shapes and strides from numpy's array
+struct, checks alignment and calls `@k.body`, which is always inlined so that its
+`noalias` arguments become alias scopes for the optimizer. The body emits the nest's
+statements (this module), its loops (vector loops: vector.py and transposed.py, from
+the plans schedule/vectorize.py made; parallel loops: parallel.py), its buffers
+(memory.py) and, in bounds_check mode, its checks (bounds.py); every way out frees the
+temporaries and returns a status (irtypes.STATUS_*). Index arithmetic is 64-bit and
+follows Python's floor semantics for `//` and `%`. Element strides may be negative or
+zero, so views work without copies.
 """
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import sympy as sp
 from llvmlite import ir
 
-from tex.expr import Access, CeilDiv, Const, Index, IndexValue, Op
+from tex.expr import Access, CeilDiv, Const, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
-                             Update, map_nest, walk)
+                             Update, buffers_of, map_nest, walk)
 from ...scheduler.vectorize import Transposed, plan_vectors
-from .irtypes import (I1, I8, I32, I64, PTR, Builder, const, floor_div,
-                      is_i64_constant, memory_type, self_referential, type_suffix, value_type)
+from .bounds import BoundsMixin, scalar_loops
+from .entry import emit_entry
+from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DETAIL_SHIFT, STATUS_OK, Builder,
+                      OpContext, const, declare, floor_div, memory_type, self_referential)
+from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better
-from .vector import emit_vector_loop
+from .parallel import ParallelMixin
 from .transposed import emit_transposed
+from .vector import emit_vector_loop
 
-# numpy's PyArrayObject_fields: ob_refcnt, ob_type, data, nd, dimensions, strides
-ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
-# A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),
-# NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
-# (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access).
-STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
-    STATUS_OUT_OF_BOUNDS = range(6)
-STATUS_DETAIL_SHIFT = 8
-NTHREADS = sp.Symbol("tex_num_threads")   # the hidden last argument: threads to use
-# fewer inner iterations than this run on one thread: waking the sleeping workers costs
-# tens of microseconds, as much as ~1M vectorized iterations of a light loop body; a
-# kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
-PARALLEL_MIN_WORK = 1 << 20
-# the largest buffer a kernel allocates: beyond it (or when count * itemsize overflows)
-# the call fails with MemoryError naming the buffer, before any memory is touched
-MAX_BUFFER_BYTES = 1 << 62
-STACK_TEMP_BYTES = 16 * 1024            # kernel-wide temporaries up to this size live on the stack
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
 
-class Codegen:
-    """Builds the LLVM module of one Kernel. Use `build(kernel, name)`."""
+@dataclass
+class FunctionScope:
+    """The function being emitted: its builders (`eb` writes the entry block's allocas),
+    the values of the sizes, parameters and loop variables in scope (`env`), each
+    buffer's base pointer and element strides (`memory`), the heap slots to free on the
+    way out (`temps`), and the status slot and block of its failure exits."""
+    fn: object
+    b: object
+    eb: object
+    env: dict
+    memory: dict
+    temps: list
+    status: object
+    fail_block: object
+    start: object            # the block after the entry block's allocas
+
+
+def _scope_field(name):
+    return property(lambda self: getattr(self.scope, name))
+
+
+class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
+    """Builds the LLVM module of one Kernel. Use `build(kernel, name)`. The function
+    being emitted is `self.scope` (a FunctionScope: the kernel's body, or an outlined
+    parallel loop, swapped by `in_function`); `self.b`, `self.env` and the like are its
+    fields."""
+    fn, b, eb, env, memory, temps, status, fail_block = map(_scope_field, (
+        "fn", "b", "eb", "env", "memory", "temps", "status", "fail_block"))
 
     def __init__(self, kernel, name, fast_math=True, bounds_check=False):
         if bounds_check:        # every access checked one element at a time
-            kernel = map_nest(kernel, _scalar_loops)
+            kernel = map_nest(kernel, scalar_loops)
         # the vector plan of loops that have none (a nest built or changed by hand)
         kernel = plan_vectors(kernel, fast_math)
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
@@ -64,66 +80,32 @@ class Codegen:
         self.stage = None        # the definition whose statements are being emitted
         self.module = ir.Module(name=name)
         self.buffers = kernel_buffers(kernel)
-        self.contract = False  # set while emitting a fast-math reduction's value
         self._block_values = {}  # _reuse: key -> (basic block, value)
         self._idom = {}          # Builder: block -> immediate dominator
-        self.lanes = None      # while vector.py emits <lanes x T> values: intrinsics take .vN
 
-    # ------------------------------------------------------------ entry point
+    # ------------------------------------------------------------ functions
     def build(self):
-        body_fn = self._body_function()
-        arrays = list(self.kernel.inputs) + list(self.kernel.outputs)
-        fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * (len(self.kernel.params) + 1))
-        fn = ir.Function(self.module, fnty, name=self.name)
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        bad = fn.append_basic_block("misaligned")
-        call_args, strides_args, ok = [], [], ir.Constant(I1, 1)
-        dims = {}
-        for pos, buf in enumerate(arrays):
-            obj = fn.args[pos]
-            data = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DATA)], source_etype=I8), typ=PTR)
-            size = np.dtype(buf.dtype).itemsize
-            if size > 1:
-                addr = b.ptrtoint(data, I64)
-                ok = b.and_(ok, b.icmp_unsigned("==", b.and_(addr, ir.Constant(I64, size - 1)),
-                                                ir.Constant(I64, 0)))
-            call_args.append(data)
-            if buf.ndim:
-                dptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DIMS)], source_etype=I8), typ=PTR)
-                sptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_STRIDES)], source_etype=I8),
-                              typ=PTR)
-            for axis in range(buf.ndim):
-                dims[pos, axis] = lambda dptr=dptr, axis=axis: b.load(
-                    b.gep(dptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
-                st = b.load(b.gep(sptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
-                if pos >= len(self.kernel.inputs) and axis == buf.ndim - 1:
-                    # outputs are written along their last axis with unit stride (the
-                    # body assumes it); another view is retried on a contiguous copy.
-                    # The stride does not matter when the axis has one element or the
-                    # array none (numpy gives empty arrays zero strides).
-                    unit = b.icmp_signed("==", st, ir.Constant(I64, size))
-                    for d in range(buf.ndim):
-                        n = dims[pos, d]()
-                        few = ir.Constant(I64, 1 if d == axis else 0)
-                        unit = b.or_(unit, b.icmp_signed("<=", n, few))
-                    ok = b.and_(ok, unit)
-                if size > 1:
-                    rem = b.srem(st, ir.Constant(I64, size))
-                    ok = b.and_(ok, b.icmp_signed("==", rem, ir.Constant(I64, 0)))
-                    st = b.sdiv(st, ir.Constant(I64, size))
-                strides_args.append(st)
-        size_args = [dims[self.kernel.bindings[s]]() for s in self.kernel.sizes]
-        param_args = list(fn.args[len(arrays):])
-        good = fn.append_basic_block("call")
-        b.cbranch(ok, good, bad)
-        b.position_at_end(bad)
-        b.ret(ir.Constant(I32, STATUS_MISALIGNED))
-        b.position_at_end(good)
-        status = b.call(body_fn, call_args + strides_args + size_args + param_args)
-        b.ret(status)
+        emit_entry(self.module, self.name, self.kernel, self._body_function())
         return self.module
 
-    # ------------------------------------------------------------ the body
+    def new_scope(self, fn):
+        """A FunctionScope for `fn`: an entry block for allocas, a start block and a
+        failure exit (whose code the caller emits)."""
+        entry, start = fn.append_basic_block("entry"), fn.append_basic_block("start")
+        eb = ir.IRBuilder(entry)
+        return FunctionScope(fn, Builder(start, self._idom), eb, {}, {}, [],
+                             eb.alloca(I32, name="status"), fn.append_basic_block("fail"),
+                             start)
+
+    @contextmanager
+    def in_function(self, scope):
+        """Emit into `scope` (an outlined function) inside the block."""
+        saved, self.scope = self.scope, scope
+        try:
+            yield scope
+        finally:
+            self.scope = saved
+
     def _body_function(self):
         k = self.kernel
         arrays = list(k.inputs) + list(k.outputs)
@@ -136,13 +118,8 @@ class Codegen:
         fn.attributes.add("nounwind")
         for pos in range(len(arrays)):
             fn.args[pos].add_attribute("noalias")
-        self.fn = fn
-        entry = fn.append_basic_block("entry")      # allocas only; branches to start
-        start = fn.append_basic_block("start")
-        self.eb = ir.IRBuilder(entry)
-        self.b = b = Builder(start, self._idom)
-        self.env = {}
-        self.memory = {}       # Buffer -> (base pointer, [element strides])
+        self.scope = self.new_scope(fn)
+        b = self.b
         args = iter(fn.args)
         data = [next(args) for _ in arrays]
         for pos, (buf, ptr) in enumerate(zip(arrays, data)):
@@ -152,9 +129,6 @@ class Codegen:
             self.memory[buf] = (ptr, strides)
         for s in list(k.sizes) + list(k.params) + [NTHREADS]:
             self.env[s] = next(args)
-        self.fail_block = fn.append_basic_block("fail")
-        self.status = self.eb.alloca(I32, name="status")
-        self.temps = []          # stack slots holding heap pointers (null until allocated)
         self._listen_for_interrupts()
         scoped = {id(n.buffer) for n in walk(k) if isinstance(n, Allocate)}
         for buf in self.buffers:
@@ -171,30 +145,8 @@ class Codegen:
         b.position_at_end(self.fail_block)
         self._free_temps()
         b.ret(b.load(self.status, typ=I32))
-        self.eb.branch(start)
+        self.eb.branch(self.scope.start)
         return fn
-
-    def _listen_for_interrupts(self):
-        """Clear tex_rt_interrupt (a Ctrl-C between calls is Python's business), and
-        for a kernel with enough work to take noticeable time, make sure a Ctrl-C sets
-        it (tex_rt_arm: two system calls, negligible against ~1M iterations)."""
-        b = self.b
-        b.store_atomic(ir.Constant(I32, 0), self._interrupt_flag(), "monotonic", 4)
-        at_zero = {n.var: 0 for n in walk(self.kernel) if isinstance(n, Loop)}
-        work = None
-        for stage in self.kernel.body:
-            n = self._iterations(stage, at_zero)
-            work = n if work is None else b.add(work, n)
-        if work is None:
-            return
-        with b.if_then(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK))):
-            b.call(self._extern("tex_rt_arm", ir.VoidType(), []), [])
-
-    def _interrupt_flag(self):
-        flag = self.module.globals.get("tex_rt_interrupt")
-        if flag is None:
-            flag = ir.GlobalVariable(self.module, I32, "tex_rt_interrupt")
-        return flag
 
     def fail_if(self, cond, code, detail=0):
         """Leave the function with status `code | detail << 8` when `cond` holds (its
@@ -208,132 +160,12 @@ class Codegen:
         b.branch(self.fail_block)
         b.position_at_end(ok)
 
-    def poll_interrupt(self):
-        """Leave with STATUS_INTERRUPTED if a Ctrl-C arrived (a load and a branch)."""
-        b = self.b
-        flag = b.load_atomic(self._interrupt_flag(), "monotonic", 4, typ=I32)
-        self.fail_if(b.icmp_unsigned("!=", flag, ir.Constant(I32, 0)), STATUS_INTERRUPTED)
-
-    def _contiguous_strides(self, shape):
-        strides, acc, known = [], ir.Constant(I64, 1), 1
-        for d in reversed(shape):
-            strides.append(acc)
-            d = sp.sympify(d)
-            if known is not None and d.is_Integer:       # constant strides stay constants
-                known *= int(d)
-                acc = ir.Constant(I64, known)
-            else:
-                known = None
-                acc = self.b.mul(acc, self.index(d))
-        return list(reversed(strides)), acc
-
-    def _alloca(self, buf):
-        if any(not sp.sympify(d).is_Integer for d in buf.shape):
-            return self._malloc(buf)
-        count = int(np.prod([int(d) for d in buf.shape])) if buf.shape else 1
-        ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
-        self.memory[buf] = (ptr, self._contiguous_strides(buf.shape)[0])
-
-    def _malloc(self, buf, stack_ok=False, once=False):
-        """Heap memory for `buf` (64-byte aligned), freed when the function returns.
-        With `stack_ok` (buffers the kernel allocates once, at its start) a small buffer
-        goes on the stack instead: a split-K partial of a few elements must not cost a
-        malloc and a free on every call. With `once` (code that may run many times) the
-        memory is taken on the first run and reused after; its size must not change."""
-        strides, _ = self._contiguous_strides(buf.shape)
-        number = 1 + self.buffers.index(buf)
-        nbytes = self._checked_bytes(buf, number)
-        single = None
-        if buf.alias is not None:        # one part: the output itself, nothing to allocate
-            single = self.b.icmp_signed("==", self.index(buf.shape[0]), ir.Constant(I64, 1))
-            nbytes = self.b.select(single, ir.Constant(I64, 0), nbytes)
-        nbytes = self.b.add(nbytes, ir.Constant(I64, 64))       # never 0; room to round up
-        nbytes = self.b.and_(nbytes, ir.Constant(I64, ~63))
-        slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")    # the heap pointer, or null
-        self.eb.store(ir.Constant(PTR, None), slot)
-        self.temps.append(slot)
-        alloc = self._extern("aligned_alloc", PTR, [I64, I64])
-        null = ir.Constant(PTR, None)
-        if once:
-            with self.b.if_then(self.b.icmp_unsigned("==", self.b.load(slot, typ=PTR), null)):
-                self.b.store(self.b.call(alloc, [ir.Constant(I64, 64), nbytes]), slot)
-            ptr = self.b.load(slot, typ=PTR, name=buf.name)
-        elif stack_ok:
-            small = self.b.icmp_unsigned("<=", nbytes, ir.Constant(I64, STACK_TEMP_BYTES))
-            with self.b.if_else(small) as (then, otherwise):
-                with then:
-                    on_stack = self.b.alloca(I8, size=nbytes)
-                    on_stack.align = 64
-                    stack_block = self.b.block
-                with otherwise:
-                    on_heap = self.b.call(alloc, [ir.Constant(I64, 64), nbytes])
-                    self.b.store(on_heap, slot)
-                    heap_block = self.b.block
-            ptr = self.b.phi(PTR, name=buf.name)
-            ptr.add_incoming(on_stack, stack_block)
-            ptr.add_incoming(on_heap, heap_block)
-        else:
-            ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
-            self.b.store(ptr, slot)
-        self.fail_if(self.b.icmp_unsigned("==", ptr, null), STATUS_NOMEM, number)
-        if single is not None:
-            out_ptr, out_strides = self.memory[buf.alias]
-            ptr = self.b.select(single, out_ptr, ptr)
-            strides = [self._either(single, a, b)
-                       for a, b in zip([ir.Constant(I64, 0)] + list(out_strides), strides)]
-        self.memory[buf] = (ptr, strides)
-
-    def _checked_bytes(self, buf, number):
-        """The bytes of `buf` (the product of its dimensions and the element size) as an
-        i64; a negative dimension, an overflow or a size over MAX_BUFFER_BYTES leaves the
-        kernel with STATUS_TOO_LARGE (a broadcast view of 2**31 x 2**31 elements would
-        otherwise wrap to a small allocation and be written out of bounds)."""
-        b = self.b
-        total = ir.Constant(I64, np.dtype(buf.dtype).itemsize)
-        bad = ir.Constant(I1, 0)
-        pair = ir.LiteralStructType([I64, I1])
-        mul = self._extern("llvm.smul.with.overflow.i64", pair, [I64, I64])
-        for d in buf.shape:
-            d = sp.sympify(d)
-            if d.is_Integer and is_i64_constant(total) and \
-                    0 <= int(d) * total.constant <= MAX_BUFFER_BYTES:
-                total = ir.Constant(I64, int(d) * total.constant)
-                continue
-            n = self.index(d)
-            bad = b.or_(bad, b.icmp_signed("<", n, ir.Constant(I64, 0)))
-            product = b.call(mul, [total, n])
-            total = b.extract_value(product, 0)
-            bad = b.or_(bad, b.extract_value(product, 1))
-        if is_i64_constant(total) and isinstance(bad, ir.Constant):
-            return total
-        bad = b.or_(bad, b.icmp_signed(">", total, ir.Constant(I64, MAX_BUFFER_BYTES)))
-        self.fail_if(bad, STATUS_TOO_LARGE, number)
-        return total
-
-    def _either(self, cond, a, b):
-        """select(cond, a, b) for i64 values, folded when both are the same constant (a
-        unit last stride must stay a compile-time constant for the vector code)."""
-        if isinstance(a, ir.Constant) and isinstance(b, ir.Constant) and \
-                a.constant == b.constant:
-            return a
-        return self.b.select(cond, a, b)
-
-    def _free_temps(self):
-        free = self._extern("free", ir.VoidType(), [PTR])
-        for slot in self.temps:
-            self.b.call(free, [self.b.load(slot, typ=PTR)])
-
     def _extern(self, name, ret, args):
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
-        return fn
+        return declare(self.module, name, ret, args)
 
-    def intrinsic(self, name, dt, nargs):
-        ty = value_type(dt)
-        if self.lanes:
-            ty = ir.VectorType(ty, self.lanes)
-        return self._extern(f"llvm.{name}.{type_suffix(ty)}", ty, [ty] * nargs)
+    def ops(self, lanes=None, contract=False):
+        """The OpContext the op tables lower with, at the current insertion point."""
+        return OpContext(self.b, self.module, lanes, contract)
 
     # ------------------------------------------------------------ statements
     def _stmt(self, s):
@@ -355,20 +187,6 @@ class Codegen:
             self._allocate(s)
         else:
             raise NotImplementedError(f"codegen: {type(s).__name__}")
-
-    def _allocate(self, s):
-        """A buffer live only inside `s.body`: a stack slot when its size is a constant
-        (and small), else heap memory taken the first time the body runs and kept until
-        the function returns -- a packed panel inside a loop is allocated once a call
-        (once a thread, inside a parallel loop), not once an iteration."""
-        buf = s.buffer
-        if buf.scope is Scope.LOCAL and all(sp.sympify(d).is_Integer for d in buf.shape):
-            self._alloca(buf)
-        else:
-            self._malloc(buf, once=True)
-        for c in s.body:
-            self._stmt(c)
-        del self.memory[buf]        # its pointer and strides exist only inside the body
 
     def _loop(self, loop):
         if loop.kind is LoopKind.PARALLEL:
@@ -445,116 +263,6 @@ class Codegen:
         b.position_at_end(done)
 
     # ------------------------------------------------------------ threads
-    def _parallel_loop(self, loop):
-        """Outline the loop into `void fn(ptr ctx, i64 thread, i64 team)` (each thread a
-        contiguous chunk) and run it on tex's thread pool (threads.py), or on this thread
-        alone when the work is small."""
-        b = self.b
-        start = self.index(loop.start)
-        extent = self.index(loop.extent)
-        inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
-        work = self._iterations(loop, inner_vars)
-        syms = list(self.env.items())
-        bufs = list(self.memory.items())
-        status = self.eb.alloca(I32, name="par.status")
-        # constant strides (local and packed buffers) stay constants in the outlined
-        # function, so its vector loops know their steps at compile time
-        ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts
-                                                         if not isinstance(st, ir.Constant)]
-        ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
-        ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
-        ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
-        for n, v in enumerate(ptrs):
-            b.store(v, b.gep(ctx, [ir.Constant(I64, n)], source_etype=PTR))
-        for n, v in enumerate(ints):
-            b.store(v, b.gep(ctx_i, [ir.Constant(I64, n)], source_etype=I64))
-        b.store(ir.Constant(I32, 0), status)
-        fn = self._outlined(loop, bufs, syms)
-        threads = self.env[NTHREADS]
-        # a team pays only for enough work spread over at least two iterations; otherwise
-        # the loop runs on this thread and a parallel loop nested in it gets the team
-        big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
-                     b.icmp_signed(">", extent, ir.Constant(I64, 1)))
-        team = b.select(big, threads, ir.Constant(I64, 1))
-        pool = self._extern("tex_rt_parallel", ir.VoidType(), [PTR, PTR, I64])
-        b.call(pool, [fn, ctx, team])
-        code = b.load(status, typ=I32)
-        failed = b.icmp_signed("!=", code, ir.Constant(I32, 0))
-        bad = self.fn.append_basic_block("par.failed")
-        ok = b.dominated(self.fn.append_basic_block("par.ok"))
-        b.cbranch(failed, bad, ok)
-        b.position_at_end(bad)
-        b.store(code, self.status)           # a thread's failure is the kernel's
-        b.branch(self.fail_block)
-        b.position_at_end(ok)
-
-    def _iterations(self, node, at_zero):
-        """Statements `node` executes, as an i64: nested loops multiply, sibling loops
-        add (inner extents taken with the loop variables at 0). Built as IR, not sympy,
-        to keep compile time low."""
-        b = self.b
-        inner = None
-        for child in getattr(node, "body", ()):
-            n = self._iterations(child, at_zero)
-            inner = n if inner is None else b.add(inner, n)
-        one = ir.Constant(I64, 1)
-        if inner is None:
-            inner = one
-        if not isinstance(node, Loop):
-            return inner
-        inner = b.select(b.icmp_signed("<", inner, one), one, inner)
-        return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
-
-    def _outlined(self, loop, bufs, syms):
-        saved = (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps,
-                 self.status)
-        n = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.par"))
-        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
-                         name=f"{self.name}.par{n}")
-        fn.linkage = "internal"
-        self.fn = fn
-        entry, begin = fn.append_basic_block("entry"), fn.append_basic_block("start")
-        self.eb, self.b = ir.IRBuilder(entry), Builder(begin, self._idom)
-        b, (ctx, tid, nt) = self.b, fn.args
-
-        def load(base, k, ty):
-            return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
-        ctx_i, shared_status = load(ctx, 0, PTR), load(ctx, 1, PTR)
-        n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
-                                     for _, (_, sts) in bufs for st in sts)
-        ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
-        self.env = {sym: next(ints) for sym, _ in syms}
-        start, extent = next(ints), next(ints)
-        self.memory = {}
-        for k, (buf, (_, sts)) in enumerate(bufs):
-            self.memory[buf] = (load(ctx, k + 2, PTR), [st if isinstance(st, ir.Constant)
-                                                        else next(ints) for st in sts])
-        self.temps = []
-        self.fail_block = fn.append_basic_block("fail")
-        self.status = self.eb.alloca(I32, name="status")
-        outside = _buffers_outside(self.kernel, loop)
-        from ...scheduler.ir import buffers_of
-        scoped = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
-        for buf in buffers_of(loop):
-            if buf.scope is Scope.LOCAL and buf not in outside and id(buf) not in scoped:
-                self._alloca(buf)                 # private to each thread
-        chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
-        lo = b.mul(tid, chunk)
-        hi = b.add(lo, chunk)
-        hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
-        lo = b.select(b.icmp_signed("<", lo, hi), lo, hi)
-        self._serial_loop(loop, b.add(start, lo), b.add(start, hi))
-        self._free_temps()
-        b.ret_void()
-        b.position_at_end(self.fail_block)
-        self._free_temps()
-        b.store(b.load(self.status, typ=I32), shared_status)
-        b.ret_void()
-        self.eb.branch(begin)
-        (self.fn, self.b, self.eb, self.env, self.memory, self.fail_block, self.temps,
-         self.status) = saved
-        return fn
-
     def _loop_metadata(self, loop):
         if loop.kind is LoopKind.UNROLLED:
             full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
@@ -578,23 +286,19 @@ class Codegen:
         acc = self._load(ptr, s.buffer.dtype)
         x = self.reduced_value(s)
         if s.arg is None:
-            self._store(ptr, COMBINE[s.combiner](self, s.buffer.dtype, acc, x, s.fast_math),
+            self._store(ptr, COMBINE[s.combiner](self.ops(), s.buffer.dtype, acc, x, s.fast_math),
                         s.buffer.dtype)
             return
         pos_ptr = self.address(s.arg.buffer, s.arg.index)
         pos, acc_pos = self.value(s.arg.position), self._load(pos_ptr, np.int64)
-        better = _better(self, s.buffer.dtype, s.combiner, x, acc, pos, acc_pos)
+        better = _better(self.ops(), s.buffer.dtype, s.combiner, x, acc, pos, acc_pos)
         self._store(ptr, b.select(better, x, acc), s.buffer.dtype)
         self._store(pos_ptr, b.select(better, pos, acc_pos), np.int64)
 
     def reduced_value(self, update):
         """The value an Update combines in: with fast_math, its float products may fuse
         with the accumulation into FMAs (as BLAS does); elementwise code never does."""
-        self.contract = update.fast_math
-        try:
-            return self.value(update.value)
-        finally:
-            self.contract = False
+        return self.value(update.value, contract=update.fast_math)
 
     # ------------------------------------------------------------ memory
     def _reuse(self, key, make):
@@ -633,40 +337,6 @@ class Codegen:
         if offset is None:
             return base
         return self.b.gep(base, [offset], source_etype=memory_type(buf.dtype))
-
-    def _check_bounds(self, buf, index):
-        """bounds_check mode: leave with STATUS_OUT_OF_BOUNDS (detail: the check's
-        number in self.checks) when an index of `buf[index]` is outside its dimension,
-        after writing the index, the dimension and the enclosing loops' values to the
-        kernel's `<name>.bounds` record for the error message."""
-        b = self.b
-        loops = [(v, value) for v, value in self.env.items() if isinstance(v, Index)]
-        loops = loops[-BOUNDS_LOOPS:]
-        for axis, (ix, d) in enumerate(zip(index, buf.shape)):
-            value, dim = self.index(ix), self.index(d)
-            number = len(self.checks)
-            self.checks.append(BoundsCheck(buf.name, axis, ix, d, tuple(v for v, _ in loops),
-                                           getattr(self.stage, "name", "?")))
-            bad = self.fn.append_basic_block("bounds.bad")
-            ok = b.dominated(self.fn.append_basic_block("bounds.ok"))
-            b.cbranch(b.icmp_unsigned(">=", value, dim), bad, ok)    # < 0 is >= as unsigned
-            b.position_at_end(bad)
-            record = self._bounds_record()
-            for slot, v in enumerate([value, dim, ir.Constant(I64, len(loops))] +
-                                     [x for _, x in loops]):
-                b.store(v, record.gep([ir.Constant(I32, 0), ir.Constant(I32, slot)]))
-            b.store(ir.Constant(I32, STATUS_OUT_OF_BOUNDS | number << STATUS_DETAIL_SHIFT),
-                    self.status)
-            b.branch(self.fail_block)
-            b.position_at_end(ok)
-
-    def _bounds_record(self):
-        name = f"{self.name}.bounds"
-        record = self.module.globals.get(name)
-        if record is None:
-            record = ir.GlobalVariable(self.module, ir.ArrayType(I64, 3 + BOUNDS_LOOPS), name)
-            record.initializer = ir.Constant(record.value_type, None)
-        return record
 
     def _load(self, ptr, dt):
         v = self.b.load(ptr, typ=memory_type(dt), align=np.dtype(dt).itemsize)
@@ -748,7 +418,8 @@ class Codegen:
         return b.icmp_signed(ops[type(c)], self.index(c.lhs), self.index(c.rhs))
 
     # ------------------------------------------------------------ values
-    def value(self, e):
+    def value(self, e, contract=False):
+        """A scalar expression's value; `contract`: float products may become FMAs."""
         if isinstance(e, Const):
             return const(e.dtype, e.value)
         if isinstance(e, Access):
@@ -756,28 +427,12 @@ class Codegen:
         if isinstance(e, IndexValue):
             return self.index(e.expr)
         if isinstance(e, Op):
-            args = [self.value(a) for a in e.args]
-            return OPS[e.name](self, e, *args)
+            args = [self.value(a, contract) for a in e.args]
+            return OPS[e.name](self.ops(contract=contract), e, *args)
         raise NotImplementedError(f"codegen: value {e!r}")
 
 
-def _buffers_outside(kernel, loop):
-    """Buffers used by statements of the kernel that are not inside `loop`."""
-    from ...scheduler.ir import Store, Update, buffers_of
-    out = set()
-    stack = [kernel]
-    while stack:
-        n = stack.pop()
-        if n is loop:
-            continue
-        if isinstance(n, (Store, Update)):
-            out.update(buffers_of(n))
-        stack.extend(getattr(n, "body", ()))
-    return out
-
-
 def kernel_buffers(kernel):
-    from ...scheduler.ir import buffers_of
     seen = {}
     for stage in kernel.body:
         for buf in buffers_of(stage):
@@ -809,22 +464,4 @@ def bounds_checks(kernel, name, fast_math=True):
     return cg.checks
 
 
-@dataclass(frozen=True)
-class BoundsCheck:
-    """One checked dimension of one access (bounds_check mode)."""
-    buffer: str
-    axis: int
-    index: object            # the index expression, over loop variables and sizes
-    dimension: object        # the buffer's dimension (a size expression)
-    loops: tuple             # the enclosing loops' variables whose values are recorded
-    stage: str
 
-
-BOUNDS_LOOPS = 8             # enclosing loops recorded for a failed bounds check
-
-
-def _scalar_loops(node):
-    """bounds_check mode runs vector loops as serial ones."""
-    if isinstance(node, Loop) and node.kind is LoopKind.VECTOR:
-        return node.replace(kind=LoopKind.SERIAL)
-    return node

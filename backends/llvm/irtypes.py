@@ -4,11 +4,19 @@ intrinsic name suffixes, Python's floor division, loop metadata."""
 import contextlib
 
 import numpy as np
+import sympy as sp
 from llvmlite import ir
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 FAST = ("reassoc", "contract", "nsz")
+# A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),
+# NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
+# (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access).
+STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
+    STATUS_OUT_OF_BOUNDS = range(6)
+STATUS_DETAIL_SHIFT = 8
+NTHREADS = sp.Symbol("tex_num_threads")   # the body's last argument: threads to use
 
 
 def value_type(dt):
@@ -143,3 +151,31 @@ def floor_div(b, a, d):
                         b.icmp_signed("<", d, ir.Constant(I64, 0)))
     adjust = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)), neg)
     return b.sub(q, b.zext(adjust, I64))
+
+
+def declare(module, name, ret, args):
+    """The function `name` of `module`, declared on first use."""
+    fn = module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    return fn
+
+
+class OpContext:
+    """What the op tables of ops.py lower with, made for each use and never changed: the
+    builder, the module that declares the intrinsics, the vector width (None for
+    scalars: an intrinsic then takes the `.vN` suffix) and whether float products may
+    contract into FMAs (inside a fast-math reduction's value, as BLAS does)."""
+    __slots__ = ("b", "module", "lanes", "contract")
+
+    def __init__(self, b, module, lanes=None, contract=False):
+        self.b, self.module, self.lanes, self.contract = b, module, lanes, contract
+
+    def _extern(self, name, ret, args):
+        return declare(self.module, name, ret, args)
+
+    def intrinsic(self, name, dt, nargs):
+        ty = value_type(dt)
+        if self.lanes:
+            ty = ir.VectorType(ty, self.lanes)
+        return declare(self.module, f"llvm.{name}.{type_suffix(ty)}", ty, [ty] * nargs)

@@ -26,7 +26,8 @@ from tex.program import as_program
 from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
-from . import codegen, jit, threads
+from . import codegen, irtypes, jit, threads
+from .bounds import BOUNDS_LOOPS
 from .threads import MAX_WORKERS
 
 # threads at most: more than the pool's MAX_WORKERS + 1 would not run anyway, and a
@@ -442,28 +443,28 @@ def _finish_out(out, targets, finish):
 def _status(sig, status, inputs, targets, params):
     """A non-zero kernel status: retry misaligned arrays with aligned copies, or raise
     the error the status stands for."""
-    code, detail = status & 0xFF, status >> codegen.STATUS_DETAIL_SHIFT
-    if code == codegen.STATUS_INTERRUPTED:
+    code, detail = status & 0xFF, status >> irtypes.STATUS_DETAIL_SHIFT
+    if code == irtypes.STATUS_INTERRUPTED:
         # Python's SIGINT handler has been called (tex's chains to it): run it, which
         # raises KeyboardInterrupt; a handler that does not raise still ends the call,
         # whose results are incomplete
         ctypes.pythonapi.PyErr_CheckSignals()
         raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
-    if code == codegen.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
+    if code == irtypes.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
         raise IndexError(_bounds_message(sig, detail))
-    if code in (codegen.STATUS_NOMEM, codegen.STATUS_TOO_LARGE):
+    if code in (irtypes.STATUS_NOMEM, irtypes.STATUS_TOO_LARGE):
         what = _describe_buffer(sig, detail - 1, inputs, params)
-        if code == codegen.STATUS_NOMEM:
+        if code == irtypes.STATUS_NOMEM:
             raise MemoryError(f"{sig.symbol}: could not allocate {what}")
         raise MemoryError(f"{sig.symbol}: {what} is larger than any machine's memory "
                           f"(more than 2**62 bytes)")
-    if code != codegen.STATUS_MISALIGNED:
+    if code != irtypes.STATUS_MISALIGNED:
         raise RuntimeError(f"{sig.symbol}: kernel returned status {status}")
     ins = [np.array(a, copy=True) for a in inputs]
     outs = [np.empty(t.shape, t.dtype) for t in targets]
     st = sig.cfunc(*ins, *outs, *params)
     if st:
-        if st & 0xFF != codegen.STATUS_MISALIGNED:
+        if st & 0xFF != irtypes.STATUS_MISALIGNED:
             return _status(sig, st, ins, outs, params)
         raise RuntimeError(f"{sig.symbol}: kernel returned status {st} on aligned copies")
     for t, o in zip(targets, outs):
@@ -493,7 +494,7 @@ def _bounds_message(sig, number):
     which numbers them deterministically) and the values the kernel recorded."""
     fast_math, address = sig.bounds
     check = codegen.bounds_checks(sig.kernel, sig.symbol, fast_math)[number]
-    record = (ctypes.c_int64 * (3 + codegen.BOUNDS_LOOPS)).from_address(address)
+    record = (ctypes.c_int64 * (3 + BOUNDS_LOOPS)).from_address(address)
     value, dim, n = record[0], record[1], record[2]
     loops = ", ".join(f"{v.name}={x}" for v, x in zip(check.loops, record[3:3 + n]))
     where = f" (loops {loops})" if loops else ""

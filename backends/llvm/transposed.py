@@ -162,13 +162,12 @@ class TransposedLoop(VectorLoop):
             cg.env[j] = b.add(jb, ir.Constant(I64, c))
             self.override = {key: v[c] for key, v in cols.items()}
             vals.append(self.reduced_value(u, mask))
-        with self.vector_ops():
-            while len(vals) > 1:
-                vals = [COMBINE[u.combiner](cg, dt, vals[t], vals[t + 1], u.fast_math)
-                        for t in range(0, len(vals), 2)]
-            acc = self._read(u.buffer, u.index, mask)
-            self._write(u.buffer, u.index,
-                        COMBINE[u.combiner](cg, dt, acc, vals[0], u.fast_math), mask)
+        combine = COMBINE[u.combiner]
+        while len(vals) > 1:
+            vals = [combine(self.ops(), dt, vals[t], vals[t + 1], u.fast_math)
+                    for t in range(0, len(vals), 2)]
+        acc = self._read(u.buffer, u.index, mask)
+        self._write(u.buffer, u.index, combine(self.ops(), dt, acc, vals[0], u.fast_math), mask)
         del cg.env[self.var]
 
     def _serial(self, start, stop, step, body, name):

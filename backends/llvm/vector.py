@@ -51,7 +51,7 @@ Rules:
   the loop covers a whole local buffer); an access that does not move is a scalar
   load and a splat (a subtree that does not move is computed as scalars); `IndexValue`
   is base + c * <0, 1, .., W-1>.
-- Ops. The op tables of ops.py run on vector operands (Codegen.lanes makes intrinsics
+- Ops. The op tables of ops.py run on vector operands (an OpContext with lanes makes intrinsics
   take the `.vN` suffix); ops with no vector form (libm's erf, integer power) run lane
   by lane (extract, scalar op, insert).
 - Updates. A target that does not move with x is a reduction along the vector loop: a
@@ -100,8 +100,6 @@ Serial loops around a vector loop (`emit_serial`, called by Codegen._loop):
   is shorter) runs its whole tiles, jo < floor(A/c), as a copy with constant extents
   (one vector, no tail test), then the last tile.
 """
-from contextlib import contextmanager
-
 import numpy as np
 import sympy as sp
 from llvmlite import ir
@@ -163,14 +161,10 @@ class VectorLoop:
         zeros = ir.Constant(ir.VectorType(I32, self.w), [ir.Constant(I32, 0)] * self.w)
         return b.shuffle_vector(one, ir.Constant(self.vtype(v.type), None), zeros)
 
-    @contextmanager
-    def vector_ops(self, on=True):
-        """Inside, the op tables build <W x T> intrinsics (on=False: scalar ones)."""
-        saved, self.cg.lanes = self.cg.lanes, self.w if on else None
-        try:
-            yield
-        finally:
-            self.cg.lanes = saved
+    def ops(self, lanes="vector", contract=False):
+        """The OpContext of the op tables: <W x T> values (lanes=None: scalars, or a
+        width of its own)."""
+        return self.cg.ops(self.w if lanes == "vector" else lanes, contract)
 
     def step(self, expr):
         """The i64 value of expr's coefficient in the loop variable."""
@@ -368,16 +362,15 @@ class VectorLoop:
             self._write(s.buffer, s.index, b.add(acc, pad), None)
             return
         x = self.reduced_value(s, mask)
-        with self.vector_ops():
-            if s.arg is None:
-                self._write(s.buffer, s.index, COMBINE[s.combiner](cg, dt, acc, x, s.fast_math),
-                            mask)
-                return
-            acc_pos = self._read(s.arg.buffer, s.arg.index, mask)
-            pos = self.value(s.arg.position, mask)
-            better = _better(cg, dt, s.combiner, x, acc, pos, acc_pos)
-            self._write(s.buffer, s.index, b.select(better, x, acc), mask)
-            self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
+        if s.arg is None:
+            self._write(s.buffer, s.index,
+                        COMBINE[s.combiner](self.ops(), dt, acc, x, s.fast_math), mask)
+            return
+        acc_pos = self._read(s.arg.buffer, s.arg.index, mask)
+        pos = self.value(s.arg.position, mask)
+        better = _better(self.ops(), dt, s.combiner, x, acc, pos, acc_pos)
+        self._write(s.buffer, s.index, b.select(better, x, acc), mask)
+        self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
 
     # ------------------------------------------------------------ VNNI
     def _dot(self, info, mask):
@@ -474,24 +467,23 @@ class VectorLoop:
             b.store(b.add(acc, self._dot(self.plan.vnni[id(u)], mask)), slot)
             return
         x = self.reduced_value(u, mask)
-        with self.vector_ops():
-            if u.arg is None:
-                new = COMBINE[u.combiner](cg, dt, acc, x, u.fast_math)
-                b.store(new if mask is None else b.select(mask, new, acc), slot)
-                return
-            acc_pos = b.load(pos_slot, typ=self.vtype(I64))
-            pos = self.value(u.arg.position, mask)
-            increasing = id(u) in self.plan.increasing and self.phase != "rest"
-            if increasing and self.phase == "first":
-                better = ir.Constant(self.vtype(I1), 1)
-            elif increasing:
-                better = _increasing_better(cg, dt, u.combiner, x, acc)
-            else:
-                better = _better(cg, dt, u.combiner, x, acc, pos, acc_pos)
-            if mask is not None:
-                better = b.and_(better, mask)
-            b.store(b.select(better, x, acc), slot)
-            b.store(b.select(better, pos, acc_pos), pos_slot)
+        if u.arg is None:
+            new = COMBINE[u.combiner](self.ops(), dt, acc, x, u.fast_math)
+            b.store(new if mask is None else b.select(mask, new, acc), slot)
+            return
+        acc_pos = b.load(pos_slot, typ=self.vtype(I64))
+        pos = self.value(u.arg.position, mask)
+        increasing = id(u) in self.plan.increasing and self.phase != "rest"
+        if increasing and self.phase == "first":
+            better = ir.Constant(self.vtype(I1), 1)
+        elif increasing:
+            better = _increasing_better(self.ops(), dt, u.combiner, x, acc)
+        else:
+            better = _better(self.ops(), dt, u.combiner, x, acc, pos, acc_pos)
+        if mask is not None:
+            better = b.and_(better, mask)
+        b.store(b.select(better, x, acc), slot)
+        b.store(b.select(better, pos, acc_pos), pos_slot)
 
     def _finish_accumulator(self, u):
         """One horizontal step, combined into the scalar target (under the guards that
@@ -513,7 +505,7 @@ class VectorLoop:
         acc = cg._load(ptr, dt)
         if u.arg is None:
             r = _reduce_intrinsic(cg, u.combiner, dt, vec, u.fast_math)
-            cg._store(ptr, COMBINE[u.combiner](cg, dt, acc, r, u.fast_math), dt)
+            cg._store(ptr, COMBINE[u.combiner](cg.ops(), dt, acc, r, u.fast_math), dt)
             return
         pos = b.load(pos_slot, typ=self.vtype(I64))
         vec, pos = self._halve(u, vec, pos, 1)
@@ -521,7 +513,7 @@ class VectorLoop:
         x, p = b.extract_element(vec, zero), b.extract_element(pos, zero)
         pos_ptr = cg.address(u.arg.buffer, u.arg.index)
         acc_pos = cg._load(pos_ptr, np.int64)
-        better = _better(cg, dt, u.combiner, x, acc, p, acc_pos)
+        better = _better(cg.ops(), dt, u.combiner, x, acc, p, acc_pos)
         cg._store(ptr, b.select(better, x, acc), dt)
         cg._store(pos_ptr, b.select(better, p, acc_pos), np.int64)
 
@@ -530,22 +522,20 @@ class VectorLoop:
         (argmax/argmin: by the tie rule, so the order of the lanes does not matter)."""
         cg = self.cg
         b, dt = cg.b, u.buffer.dtype
-        n, saved = vec.type.count, cg.lanes
+        n = vec.type.count
         while n > lanes:
             half = n // 2
             lo = ir.Constant(ir.VectorType(I32, half), [ir.Constant(I32, k) for k in range(half)])
             hi = ir.Constant(ir.VectorType(I32, half),
                              [ir.Constant(I32, k + half) for k in range(half)])
             v_lo, v_hi = b.shuffle_vector(vec, vec, lo), b.shuffle_vector(vec, vec, hi)
-            cg.lanes = half
             if pos is None:
-                vec = COMBINE[u.combiner](cg, dt, v_lo, v_hi, u.fast_math)
+                vec = COMBINE[u.combiner](self.ops(half), dt, v_lo, v_hi, u.fast_math)
             else:
                 p_lo, p_hi = b.shuffle_vector(pos, pos, lo), b.shuffle_vector(pos, pos, hi)
-                better = _better(cg, dt, u.combiner, v_hi, v_lo, p_hi, p_lo)
+                better = _better(self.ops(half), dt, u.combiner, v_hi, v_lo, p_hi, p_lo)
                 vec, pos = b.select(better, v_hi, v_lo), b.select(better, p_hi, p_lo)
             n = half
-        cg.lanes = saved
         return vec, pos
 
     def _narrow_accumulators(self, lanes):
@@ -572,18 +562,14 @@ class VectorLoop:
     # ------------------------------------------------------------ values
     def reduced_value(self, update, mask):
         """An Update's value; with fast_math its float products may fuse into FMAs with
-        the accumulation (Codegen.contract, as for scalar reductions)."""
-        self.cg.contract = update.fast_math
-        try:
-            return self.value(update.value, mask)
-        finally:
-            self.cg.contract = False
+        the accumulation (as for scalar reductions)."""
+        return self.value(update.value, mask, update.fast_math)
 
-    def value(self, e, mask):
+    def value(self, e, mask, contract=False):
         """e for the W lanes of the current chunk, as a <W x T> vector."""
         cg = self.cg
         if id(e) not in self.plan.dependent:
-            return self.splat(self._scalar(e, mask))
+            return self.splat(self._scalar(e, mask, contract))
         if isinstance(e, Access):
             if id(e) in self.override:
                 return self.override[id(e)]
@@ -591,13 +577,12 @@ class VectorLoop:
         if isinstance(e, IndexValue):
             base = self.splat(cg.index(e.expr))
             return cg.b.add(base, cg.b.mul(self.splat(self.step(e.expr)), self.iota))
-        args = [self.value(a, mask) for a in e.args]
+        args = [self.value(a, mask, contract) for a in e.args]
         if _per_lane(e):
             return self._lane_by_lane(e, args)
-        with self.vector_ops():
-            return OPS[e.name](cg, e, *args)
+        return OPS[e.name](self.ops(contract=contract), e, *args)
 
-    def _scalar(self, e, mask):
+    def _scalar(self, e, mask, contract=False):
         """A value that does not move with the loop. Under a lane mask a load goes
         through a dummy slot when no lane is active (the scalar loop would not load)."""
         cg = self.cg
@@ -610,18 +595,16 @@ class VectorLoop:
                 ptr = cg.b.select(any_lane, ptr, dummy)
             return cg._load(ptr, e.tensor.dtype)
         if isinstance(e, Op):
-            args = [self._scalar(a, mask) for a in e.args]
-            with self.vector_ops(False):
-                return OPS[e.name](cg, e, *args)
-        return cg.value(e)
+            args = [self._scalar(a, mask, contract) for a in e.args]
+            return OPS[e.name](self.ops(None, contract), e, *args)
+        return cg.value(e, contract)
 
     def _lane_by_lane(self, e, args):
         b = self.cg.b
         out = ir.Constant(self.vtype(value_type(e.dtype)), None)
         for k in range(self.w):
             lane = ir.Constant(I32, k)
-            with self.vector_ops(False):
-                r = OPS[e.name](self.cg, e, *[b.extract_element(a, lane) for a in args])
+            r = OPS[e.name](self.ops(None), e, *[b.extract_element(a, lane) for a in args])
             out = b.insert_element(out, r, lane)
         return out
 

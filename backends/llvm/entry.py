@@ -1,0 +1,69 @@
+"""The kernel's entry point, the function Python calls:
+
+    i32 @k(ptr arr0, ..., i64 param0, ..., i64 threads)
+
+It receives numpy array objects, reads their data pointers, shapes and strides from
+numpy's array struct (no Python-side pointer extraction, which costs ~1 us an array),
+checks that strides and data are aligned to the element size and that outputs have a
+unit last stride (else it returns STATUS_MISALIGNED and Python retries on copies), and
+calls the body with the data pointers, element strides, sizes and parameters."""
+import numpy as np
+from llvmlite import ir
+
+from .irtypes import I1, I8, I32, I64, PTR, STATUS_MISALIGNED
+
+# numpy's PyArrayObject_fields: ob_refcnt, ob_type, data, nd, dimensions, strides
+ARRAY_DATA, ARRAY_DIMS, ARRAY_STRIDES = 16, 32, 40
+
+
+def emit_entry(module, name, kernel, body_fn):
+    """Add `@name`, which calls `body_fn`, to `module`."""
+    arrays = list(kernel.inputs) + list(kernel.outputs)
+    fnty = ir.FunctionType(I32, [PTR] * len(arrays) + [I64] * (len(kernel.params) + 1))
+    fn = ir.Function(module, fnty, name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    bad = fn.append_basic_block("misaligned")
+    call_args, strides_args, ok = [], [], ir.Constant(I1, 1)
+    dims = {}
+    for pos, buf in enumerate(arrays):
+        obj = fn.args[pos]
+        data = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DATA)], source_etype=I8), typ=PTR)
+        size = np.dtype(buf.dtype).itemsize
+        if size > 1:
+            addr = b.ptrtoint(data, I64)
+            ok = b.and_(ok, b.icmp_unsigned("==", b.and_(addr, ir.Constant(I64, size - 1)),
+                                            ir.Constant(I64, 0)))
+        call_args.append(data)
+        if buf.ndim:
+            dptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_DIMS)], source_etype=I8), typ=PTR)
+            sptr = b.load(b.gep(obj, [ir.Constant(I64, ARRAY_STRIDES)], source_etype=I8),
+                          typ=PTR)
+        for axis in range(buf.ndim):
+            dims[pos, axis] = lambda dptr=dptr, axis=axis: b.load(
+                b.gep(dptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
+            st = b.load(b.gep(sptr, [ir.Constant(I64, axis)], source_etype=I64), typ=I64)
+            if pos >= len(kernel.inputs) and axis == buf.ndim - 1:
+                # outputs are written along their last axis with unit stride (the
+                # body assumes it); another view is retried on a contiguous copy.
+                # The stride does not matter when the axis has one element or the
+                # array none (numpy gives empty arrays zero strides).
+                unit = b.icmp_signed("==", st, ir.Constant(I64, size))
+                for d in range(buf.ndim):
+                    n = dims[pos, d]()
+                    few = ir.Constant(I64, 1 if d == axis else 0)
+                    unit = b.or_(unit, b.icmp_signed("<=", n, few))
+                ok = b.and_(ok, unit)
+            if size > 1:
+                rem = b.srem(st, ir.Constant(I64, size))
+                ok = b.and_(ok, b.icmp_signed("==", rem, ir.Constant(I64, 0)))
+                st = b.sdiv(st, ir.Constant(I64, size))
+            strides_args.append(st)
+    size_args = [dims[kernel.bindings[s]]() for s in kernel.sizes]
+    param_args = list(fn.args[len(arrays):])
+    good = fn.append_basic_block("call")
+    b.cbranch(ok, good, bad)
+    b.position_at_end(bad)
+    b.ret(ir.Constant(I32, STATUS_MISALIGNED))
+    b.position_at_end(good)
+    status = b.call(body_fn, call_args + strides_args + size_args + param_args)
+    b.ret(status)

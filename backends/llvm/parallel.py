@@ -1,0 +1,159 @@
+"""Parallel loops and Ctrl-C: a PARALLEL loop is outlined into a function of its own
+run on tex's thread pool (threads.py), and long loops poll the interrupt flag."""
+import sympy as sp
+from llvmlite import ir
+
+from ...scheduler.ir import Allocate, Loop, Scope, Store, Update, buffers_of, walk
+from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
+
+# fewer inner iterations than this run on one thread: waking the sleeping workers costs
+# tens of microseconds, as much as ~1M vectorized iterations of a light loop body; a
+# kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
+PARALLEL_MIN_WORK = 1 << 20
+
+
+class ParallelMixin:
+    """Codegen's parallel loops and interrupt polling."""
+
+    def _parallel_loop(self, loop):
+        """Outline the loop into `void fn(ptr ctx, i64 thread, i64 team)` (each thread a
+        contiguous chunk) and run it on tex's thread pool (threads.py), or on this thread
+        alone when the work is small."""
+        b = self.b
+        start = self.index(loop.start)
+        extent = self.index(loop.extent)
+        inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
+        work = self._iterations(loop, inner_vars)
+        syms = list(self.env.items())
+        bufs = list(self.memory.items())
+        status = self.eb.alloca(I32, name="par.status")
+        # constant strides (local and packed buffers) stay constants in the outlined
+        # function, so its vector loops know their steps at compile time
+        ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts
+                                                         if not isinstance(st, ir.Constant)]
+        ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
+        ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
+        ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
+        for n, v in enumerate(ptrs):
+            b.store(v, b.gep(ctx, [ir.Constant(I64, n)], source_etype=PTR))
+        for n, v in enumerate(ints):
+            b.store(v, b.gep(ctx_i, [ir.Constant(I64, n)], source_etype=I64))
+        b.store(ir.Constant(I32, 0), status)
+        fn = self._outlined(loop, bufs, syms)
+        threads = self.env[NTHREADS]
+        # a team pays only for enough work spread over at least two iterations; otherwise
+        # the loop runs on this thread and a parallel loop nested in it gets the team
+        big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
+                     b.icmp_signed(">", extent, ir.Constant(I64, 1)))
+        team = b.select(big, threads, ir.Constant(I64, 1))
+        pool = self._extern("tex_rt_parallel", ir.VoidType(), [PTR, PTR, I64])
+        b.call(pool, [fn, ctx, team])
+        code = b.load(status, typ=I32)
+        failed = b.icmp_signed("!=", code, ir.Constant(I32, 0))
+        bad = self.fn.append_basic_block("par.failed")
+        ok = b.dominated(self.fn.append_basic_block("par.ok"))
+        b.cbranch(failed, bad, ok)
+        b.position_at_end(bad)
+        b.store(code, self.status)           # a thread's failure is the kernel's
+        b.branch(self.fail_block)
+        b.position_at_end(ok)
+
+    def _iterations(self, node, at_zero):
+        """Statements `node` executes, as an i64: nested loops multiply, sibling loops
+        add (inner extents taken with the loop variables at 0). Built as IR, not sympy,
+        to keep compile time low."""
+        b = self.b
+        inner = None
+        for child in getattr(node, "body", ()):
+            n = self._iterations(child, at_zero)
+            inner = n if inner is None else b.add(inner, n)
+        one = ir.Constant(I64, 1)
+        if inner is None:
+            inner = one
+        if not isinstance(node, Loop):
+            return inner
+        inner = b.select(b.icmp_signed("<", inner, one), one, inner)
+        return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
+
+    def _outlined(self, loop, bufs, syms):
+        """`void fn(ptr ctx, i64 thread, i64 team)`: the loop's chunk of iterations for
+        one thread, reading the enclosing function's values and buffers from `ctx`."""
+        n = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.par"))
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
+                         name=f"{self.name}.par{n}")
+        fn.linkage = "internal"
+        with self.in_function(self.new_scope(fn)):
+            b, (ctx, tid, nt) = self.b, fn.args
+
+            def load(base, k, ty):
+                return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
+            ctx_i, shared_status = load(ctx, 0, PTR), load(ctx, 1, PTR)
+            n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
+                                         for _, (_, sts) in bufs for st in sts)
+            ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
+            self.env.update({sym: next(ints) for sym, _ in syms})
+            start, extent = next(ints), next(ints)
+            for k, (buf, (_, sts)) in enumerate(bufs):
+                self.memory[buf] = (load(ctx, k + 2, PTR), [st if isinstance(st, ir.Constant)
+                                                            else next(ints) for st in sts])
+            outside = _buffers_outside(self.kernel, loop)
+            scoped = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
+            for buf in buffers_of(loop):
+                if buf.scope is Scope.LOCAL and buf not in outside and id(buf) not in scoped:
+                    self._alloca(buf)                 # private to each thread
+            chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
+            lo = b.mul(tid, chunk)
+            hi = b.add(lo, chunk)
+            hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
+            lo = b.select(b.icmp_signed("<", lo, hi), lo, hi)
+            self._serial_loop(loop, b.add(start, lo), b.add(start, hi))
+            self._free_temps()
+            b.ret_void()
+            b.position_at_end(self.fail_block)
+            self._free_temps()
+            b.store(b.load(self.status, typ=I32), shared_status)
+            b.ret_void()
+            self.eb.branch(self.scope.start)
+        return fn
+
+    def _listen_for_interrupts(self):
+        """Clear tex_rt_interrupt (a Ctrl-C between calls is Python's business), and
+        for a kernel with enough work to take noticeable time, make sure a Ctrl-C sets
+        it (tex_rt_arm: two system calls, negligible against ~1M iterations)."""
+        b = self.b
+        b.store_atomic(ir.Constant(I32, 0), self._interrupt_flag(), "monotonic", 4)
+        at_zero = {n.var: 0 for n in walk(self.kernel) if isinstance(n, Loop)}
+        work = None
+        for stage in self.kernel.body:
+            n = self._iterations(stage, at_zero)
+            work = n if work is None else b.add(work, n)
+        if work is None:
+            return
+        with b.if_then(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK))):
+            b.call(self._extern("tex_rt_arm", ir.VoidType(), []), [])
+
+    def _interrupt_flag(self):
+        flag = self.module.globals.get("tex_rt_interrupt")
+        if flag is None:
+            flag = ir.GlobalVariable(self.module, I32, "tex_rt_interrupt")
+        return flag
+
+    def poll_interrupt(self):
+        """Leave with STATUS_INTERRUPTED if a Ctrl-C arrived (a load and a branch)."""
+        b = self.b
+        flag = b.load_atomic(self._interrupt_flag(), "monotonic", 4, typ=I32)
+        self.fail_if(b.icmp_unsigned("!=", flag, ir.Constant(I32, 0)), STATUS_INTERRUPTED)
+
+
+def _buffers_outside(kernel, loop):
+    """Buffers used by statements of the kernel that are not inside `loop`."""
+    out = set()
+    stack = [kernel]
+    while stack:
+        n = stack.pop()
+        if n is loop:
+            continue
+        if isinstance(n, (Store, Update)):
+            out.update(buffers_of(n))
+        stack.extend(getattr(n, "body", ()))
+    return out

@@ -136,7 +136,8 @@ OPS = {name: _ufunc(name) for name in (
     "add", "subtract", "multiply", "true_divide", "negative", "absolute", "invert",
     "bitwise_and", "bitwise_or", "bitwise_xor", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
-    "maximum", "minimum", "exp", "log", "sqrt", "tanh")}
+    "maximum", "minimum", "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil",
+    "rint", "sign", "isnan", "isfinite", "log1p", "expm1")}
 OPS.update({
     "floor_divide": lambda e, a, b: _int_div(e, a, b) if e.dtype.kind in "iu"
     else np.floor_divide(a, b),

@@ -116,6 +116,9 @@ class LoopHandle:
         red = ", reduction" if self.is_reduction else ""
         return f"<loop {self.name} of {self.stage.name}{red}>"
 
+    def __reduce__(self):
+        return (_loop_of, (self.stage, self.name))
+
 
 class StageHandle:
     """`s[C]`: the schedule of one definition."""
@@ -371,6 +374,19 @@ class StageHandle:
     def __str__(self):
         return format_nest(lower_stage(self.state, self.sched._buffers()))
 
+    def __repr__(self):
+        loops = ", ".join(f"{h.name}{' (reduction)' if h.is_reduction else ''}"
+                          for h in self.loops)
+        return f"<stage {self.name} of a schedule of " \
+               f"{', '.join(o.name for o in self.sched.program.outputs)}: loops {loops}>"
+
+    def _repr_html_(self):
+        from tex.display import stage_html
+        return stage_html(self)
+
+    def __reduce__(self):
+        return (_stage_of, (self.sched, self.name))
+
 
 class Specialization(StageHandle):
     """`s[C].specialize(cond)`: the schedule of C for calls where `cond` holds. It has
@@ -481,6 +497,14 @@ class Schedule:
 
     __repr__ = __str__
 
+    def _repr_html_(self):
+        from tex.display import schedule_html
+        return schedule_html(self)
+
+    def __reduce__(self):
+        """A schedule pickles (and copies) as its program and its history, replayed."""
+        return (_replayed, (self.program, self.fast_math, tuple(self.history)))
+
     # ------------------------------------------------------------ history
     def history_json(self):
         return json.dumps([{"step": type(s).__name__, **asdict(s)} for s in self.history])
@@ -521,6 +545,18 @@ class Schedule:
     @property
     def buffers(self):
         return [b for b in self._buffers().values() if b.scope is Scope.TEMP]
+
+
+def _replayed(program, fast_math, history):
+    return Schedule(program, fast_math).replay(history)
+
+
+def _stage_of(sched, name):
+    return sched[name]
+
+
+def _loop_of(stage, name):
+    return LoopHandle(stage, stage._var("unpickle", name))
 
 
 def schedule(out, fast_math=True):

@@ -2,14 +2,21 @@
 
 Invariants:
 - Sizes are sympy `Symbol`s (integer, non-negative); two sizes with one name are one size.
-- An `Index` is a `sympy.Dummy`: identity by object, never by name.
+- An `Index` is a `sympy.Dummy`: identity by object, never by name. It prints as the name
+  the user gave it. One process holds one object per index: an index that is unpickled or
+  copied is the object it was made from (or, in another process, one object for all
+  the copies of it that arrive there).
 - Every index expression inside `tensor[...]` is affine in the indices, with integer
   coefficients and an offset that may contain sizes (`C[i, j + H]`, `x[2*i + 1]`).
 - Expression nodes are immutable. Their `==` builds a comparison (as numpy's does), so
   compiler code compares nodes with `is` and keys dictionaries by `id` or by node identity.
 """
+import weakref
+
 import numpy as np
 import sympy as sp
+from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.str import StrPrinter
 
 from . import dtypes
 from .errors import ShapeError
@@ -24,12 +31,38 @@ def sizes(names):
 
 
 class Index(sp.Dummy):
-    """A loop index: a unique integer symbol carrying a display name and an optional extent."""
+    """A loop index: a unique integer symbol carrying a display name and an optional extent.
 
-    def __new__(cls, name, extent=None):
-        obj = super().__new__(cls, name, integer=True, nonnegative=True)
-        obj.extent = None if extent is None else sp.sympify(extent)
+    Identity is the pair (name, sympy's dummy index): `_live` maps it to the one object of
+    this process, so unpickling (in this process or another) and copying give back that
+    object, and every expression that mentions the index holds the same one."""
+    _live = weakref.WeakValueDictionary()
+
+    def __new__(cls, name, extent=None, dummy_index=None):
+        if dummy_index is not None:
+            known = cls._live.get((name, dummy_index))
+            if known is not None:
+                return known
+        obj = super().__new__(cls, name, dummy_index=dummy_index, integer=True,
+                              nonnegative=True)
+        obj.extent = None if extent is None else as_size(extent, f"index {name}, extent")
+        cls._live[(name, obj.dummy_index)] = obj
         return obj
+
+    def __reduce_ex__(self, protocol):
+        return (Index, (self.name, self.extent, self.dummy_index))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def _sympystr(self, printer):
+        return self.name
+
+    def _latex(self, printer):
+        return self.name.replace("_", r"\_")
 
 
 def indices(names, extent=None):
@@ -48,6 +81,9 @@ class Param(sp.Symbol):
 
     def __new__(cls, name):
         return super().__new__(cls, name, integer=True, positive=True)
+
+    def __getnewargs_ex__(self):
+        return (self.name,), {}
 
 
 class CeilDiv(sp.Function):
@@ -124,7 +160,33 @@ def affine_terms(expr, where):
     offset = sp.expand(offset)
     if index_symbols(offset):
         raise ValueError(f"{where}: index expression {expr} is not affine in the indices")
+    if offset.is_integer is not True:
+        raise ValueError(f"{where}: index expression {expr} is not an integer: "
+                         f"{_floor_hint(offset)}")
     return coeffs, offset
+
+
+def _floor_hint(e):
+    """How to say `e` (a size expression that may not be an integer) with floor division."""
+    num, den = sp.fraction(sp.together(e))
+    if den == 1:
+        return f"{e} is not an integer size expression"
+    text = f"({num})" if isinstance(num, sp.Add) else str(num)
+    dtext = f"({den})" if not (den.is_Atom) else str(den)
+    return f"sizes divide with //: write {text} // {dtext}, not {e}"
+
+
+def as_size(d, where):
+    """An integer size expression (sizes, integers, //, %, min, max), or raise."""
+    try:
+        d = sp.sympify(d)
+    except (sp.SympifyError, TypeError):
+        raise TypeError(f"{where}: {d!r} is not an integer or size expression") from None
+    if isinstance(d, sp.Basic) and d.is_number and not d.is_Integer:
+        raise ShapeError(f"{where}: {d} is not an integer")
+    if d.is_integer is not True:
+        raise ValueError(f"{where}: {_floor_hint(d)}")
+    return d
 
 
 # ---------------------------------------------------------------- expression nodes
@@ -166,10 +228,26 @@ class Expr:
     def __ne__(self, o): return op("not_equal", self, o)
 
     def __bool__(self):
-        raise TypeError("a tex expression has no truth value; use tex.where for a choice")
+        raise TypeError(
+            f"a tex expression has no truth value (here: {self!r}): for the larger or "
+            "smaller of two values use tex.maximum(a, b) or tex.minimum(a, b), not "
+            "Python's max()/min(); for a choice use tex.where(cond, a, b); combine "
+            "conditions with & and |, not `and`/`or`")
 
     def astype(self, dtype):
         return cast(self, dtype)
+
+    def __repr__(self):
+        return format_expr(self)
+
+    # numpy calls these for np.exp(expr), np.maximum(expr, 0), np.where(c, a, b), ...
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        from .interop import array_ufunc
+        return array_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        from .interop import array_function
+        return array_function(func, args, kwargs)
 
 
 class Const(Expr):
@@ -182,9 +260,6 @@ class Const(Expr):
         self.dtype = np.result_type(value) if dtype is None else dtypes.as_dtype(dtype)
         self.value = self.dtype.type(value).item() if not self.weak else value
 
-    def __repr__(self):
-        return repr(self.value)
-
 
 class Access(Expr):
     """`tensor[index...]`: one element of a tensor, each index an affine sympy expression."""
@@ -192,9 +267,6 @@ class Access(Expr):
 
     def __init__(self, tensor, index):
         self.tensor, self.index, self.dtype = tensor, tuple(index), tensor.dtype
-
-    def __repr__(self):
-        return f"{self.tensor.name}[{', '.join(map(str, self.index))}]"
 
 
 class IndexValue(Expr):
@@ -204,19 +276,15 @@ class IndexValue(Expr):
     def __init__(self, expr):
         self.expr, self.dtype = sp.sympify(expr), dtypes.INT64
 
-    def __repr__(self):
-        return str(self.expr)
-
 
 class Op(Expr):
-    """An elementwise operation named by its numpy ufunc (or `cast`, `where`, `erf`)."""
-    __slots__ = ("name", "args")
+    """An elementwise operation named by its numpy ufunc (or `cast`, `where`, `erf`).
+    `weak`: every operand was a weak scalar or a size, so the result promotes as a
+    Python scalar would (`_weak_kind`)."""
+    __slots__ = ("name", "args", "weak")
 
-    def __init__(self, name, args, dtype):
-        self.name, self.args, self.dtype = name, tuple(args), dtype
-
-    def __repr__(self):
-        return f"{self.name}({', '.join(map(repr, self.args))})"
+    def __init__(self, name, args, dtype, weak=False):
+        self.name, self.args, self.dtype, self.weak = name, tuple(args), dtype, weak
 
 
 COMBINERS = ("sum", "prod", "max", "min", "argmax", "argmin")
@@ -231,29 +299,78 @@ class Reduce(Expr):
         self.combiner, self.body, self.over = combiner, body, tuple(over)
         self.dtype, self.fast_math = dtype, fast_math
 
-    def __repr__(self):
-        return f"{self.combiner}({self.body!r}, over={self.over})"
-
 
 def as_expr(x):
-    """Wrap Python scalars, indices and index expressions as expression nodes."""
+    """Wrap Python scalars, indices, sizes and index expressions as expression nodes. A
+    size expression (`N`, `N // 2`) is an int64 value read at call time that promotes
+    like the Python int it stands for (see `_weak_kind`)."""
     if isinstance(x, Expr):
         return x
     if isinstance(x, (bool, int, float, np.generic)):
         return Const(x.item() if isinstance(x, np.generic) else x,
                      x.dtype if isinstance(x, np.generic) else None)
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return Const(x.item(), x.dtype)
     if isinstance(x, sp.Basic):
         if index_symbols(x):
             return IndexValue(x)
         if x.is_Integer:
             return Const(int(x))
-        raise TypeError(f"{x} is a size expression; sizes are not values inside expressions")
+        return _size_value(x)
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"a numpy array (shape {x.shape}) cannot be part of a tex expression: "
+                        "declare it with tex.tensor(...) and pass the array at call time")
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tex expression")
+
+
+def _size_value(e):
+    """A size expression as a value. Integer parts are one int64 IndexValue each; true
+    division, float factors and square roots become operations, as they would on the
+    Python ints a numpy user holds (`x.shape[1] / 2` is a float)."""
+    if e.is_integer:
+        return IndexValue(e)
+    if e.is_Number:
+        return Const(float(e))
+    num, den = sp.fraction(e)
+    if den != 1:
+        return op("true_divide", _size_value(num), _size_value(den))
+    if isinstance(e, (sp.Add, sp.Mul)):
+        parts = [_size_value(a) for a in e.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = op("add" if isinstance(e, sp.Add) else "multiply", out, p)
+        return out
+    if isinstance(e, sp.Pow):
+        if e.exp == sp.Rational(1, 2):
+            return op("sqrt", _size_value(e.base))
+        return op("power", _size_value(e.base), _size_value(e.exp))
+    raise TypeError(f"cannot use the size expression {e} as a value")
+
+
+def _weak_kind(e):
+    """The Python type a weak operand stands for (NEP 50), or None for a typed one.
+
+    Python ints and floats are weak, and so are sizes (`N` is the Python int
+    `x.shape[1]` a numpy user would write) and expressions of sizes and Python
+    scalars only (`1 / tex.sqrt(D)` is `1 / math.sqrt(d)`): `tex.sum(X[i, j], over=j) / N`
+    on float32 stays float32, as `x.sum(1) / x.shape[1]` does in numpy."""
+    if isinstance(e, Const):
+        return type(e.value) if e.weak else None
+    if isinstance(e, IndexValue):
+        return None if index_symbols(e.expr) else int
+    if isinstance(e, Op) and e.weak:
+        return int if e.dtype.kind in "iu" else float
+    return None
+
+
+def _runtime_weak(e):
+    """A weak operand whose value is known only at call time (a size expression)."""
+    return _weak_kind(e) is not None and not isinstance(e, Const)
 
 
 def _operand_dtype(e):
     """What numpy's type resolution sees for an operand: a weak scalar's Python type."""
-    return type(e.value) if isinstance(e, Const) and e.weak else e.dtype
+    return _weak_kind(e) or e.dtype
 
 
 _UFUNC_NAMES = {
@@ -261,7 +378,8 @@ _UFUNC_NAMES = {
     "negative", "absolute", "invert", "bitwise_and", "bitwise_or", "bitwise_xor",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "maximum", "minimum",
-    "exp", "log", "sqrt", "tanh",
+    "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil", "rint", "sign",
+    "isnan", "isfinite", "log1p", "expm1",
 }
 
 
@@ -271,11 +389,14 @@ def op(name, *args):
     if name not in _UFUNC_NAMES:
         raise ValueError(f"unknown elementwise operation {name!r}")
     ufunc = getattr(np, name)
-    try:
-        resolved = ufunc.resolve_dtypes(tuple(_operand_dtype(a) for a in args) + (None,))
-    except (TypeError, np.exceptions.DTypePromotionError) as err:
-        types = ", ".join(str(_operand_dtype(a)) for a in args)
-        raise TypeError(f"{name} is not defined for ({types}): {err}") from None
+    operands = [_operand_dtype(a) for a in args]
+    resolved = _resolve(ufunc, name, operands)
+    if any(_runtime_weak(a) and t.kind in "iu" and t.itemsize < 8
+           for a, t in zip(args, resolved[:-1])):
+        # a size never narrows: its value is known only at call time, so numpy's guard
+        # for a Python int that a narrow type cannot hold (OverflowError) cannot run
+        operands = [dtypes.INT64 if _runtime_weak(a) else t for a, t in zip(args, operands)]
+        resolved = _resolve(ufunc, name, operands)
     in_types, out = resolved[:-1], resolved[-1]
     unfit = [(a, t) for a, t in zip(args, in_types) if _weak_int_out_of_range(a, t)]
     if unfit:
@@ -289,8 +410,17 @@ def op(name, *args):
             (a, t), = unfit[:1]
             raise OverflowError(f"{name}: Python integer {a.value} out of bounds for {t}")
         in_types = (common,) * len(args)
+    weak = all(_weak_kind(a) is not None for a in args) and out in (dtypes.INT64, dtypes.FLOAT64)
     args = tuple(a if a.dtype == t else cast(a, t) for a, t in zip(args, in_types))
-    return Op(name, args, dtypes.as_dtype(out, f"result of {name}"))
+    return Op(name, args, dtypes.as_dtype(out, f"result of {name}"), weak)
+
+
+def _resolve(ufunc, name, operands):
+    try:
+        return ufunc.resolve_dtypes(tuple(operands) + (None,))
+    except (TypeError, np.exceptions.DTypePromotionError) as err:
+        types = ", ".join(getattr(t, "__name__", str(t)) for t in operands)
+        raise TypeError(f"{name} is not defined for ({types}): {err}") from None
 
 
 _COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
@@ -320,8 +450,13 @@ def cast(x, dtype):
 def where(cond, a, b):
     """`where(cond, a, b)`: a where cond is true, else b; numpy's promotion of a and b."""
     cond, a, b = as_expr(cond), as_expr(a), as_expr(b)
-    # weak Python scalars promote by value (NEP 50): where(c, x_f32, 1.0) stays float32
-    dt = np.result_type(*(x.value if _is_weak(x) else x.dtype for x in (a, b)))
+    # weak Python scalars promote by value (NEP 50): where(c, x_f32, 1.0) stays float32;
+    # a size stands for a Python int (0 here), and never narrows an integer type
+    dt = np.result_type(*(x.value if _is_weak(x) else _weak_kind(x)(0) if _runtime_weak(x)
+                          else x.dtype for x in (a, b)))
+    if dt.kind in "iu" and dt.itemsize < 8 and (_runtime_weak(a) or _runtime_weak(b)):
+        dt = np.result_type(*(dtypes.INT64 if _runtime_weak(x) else _operand_dtype(x)
+                              for x in (a, b)))
     return Op("where", (cast(cond, "bool"), cast(a, dt), cast(b, dt)), dtypes.as_dtype(dt))
 
 
@@ -371,7 +506,12 @@ def _reduction(combiner, body, over, dtype, fast_math):
         raise ValueError(f"{combiner}: over= needs at least one index")
     for x in over:
         if not isinstance(x, Index):
-            raise TypeError(f"{combiner}: over= takes tex.indices, not {x!r}")
+            hint = ""
+            if combiner in ("max", "min"):
+                hint = (f"; tex.{combiner} reduces over indices (tex.{combiner}(x, over=j)): "
+                        f"for the elementwise {combiner}imum of two values use "
+                        f"tex.{combiner}imum(a, b)")
+            raise TypeError(f"{combiner}: over= takes tex.indices, not {x!r}{hint}")
     used = expr_indices(body)
     for x in over:
         if x not in used:
@@ -462,16 +602,20 @@ def free_indices(e):
     return expr_indices(e)
 
 
-def rebuild(e, fn):
-    """Rebuild a tree bottom-up: `fn(node, new_children)` returns the replacement node."""
-    kids = children(e)
-    new = tuple(rebuild(k, fn) for k in kids)
-    return fn(e, new)
+def rebuild(e, fn, memo=None):
+    """Rebuild a tree bottom-up: `fn(node, new_children)` returns the replacement node.
+    A subtree shared by several parents (softmax's `exp(x - max)`) is rebuilt once."""
+    memo = {} if memo is None else memo
+    if id(e) not in memo:
+        new = tuple(rebuild(k, fn, memo) for k in children(e))
+        memo[id(e)] = fn(e, new)
+    return memo[id(e)]
 
 
 def with_children(e, new):
     if isinstance(e, Op):
-        return e if all(a is b for a, b in zip(e.args, new)) else Op(e.name, new, e.dtype)
+        return e if all(a is b for a, b in zip(e.args, new)) else Op(e.name, new, e.dtype,
+                                                                      e.weak)
     if isinstance(e, Reduce):
         return e if new[0] is e.body else Reduce(e.combiner, new[0], e.over, e.dtype, e.fast_math)
     return e
@@ -481,3 +625,85 @@ def check_rank(tensor, index):
     if len(index) != len(tensor.shape):
         raise ShapeError(f"tensor {tensor.name} has rank {len(tensor.shape)} "
                          f"but was indexed with {len(index)} indices")
+
+
+# ---------------------------------------------------------------- printing
+
+# Python's operator precedence, loosest first: how `repr` of an expression parenthesizes
+_INFIX = {"less": ("<", 1), "less_equal": ("<=", 1), "greater": (">", 1),
+          "greater_equal": (">=", 1), "equal": ("==", 1), "not_equal": ("!=", 1),
+          "bitwise_or": ("|", 2), "logical_or": ("|", 2), "bitwise_xor": ("^", 3),
+          "bitwise_and": ("&", 4), "logical_and": ("&", 4), "add": ("+", 5),
+          "subtract": ("-", 5), "multiply": ("*", 6), "true_divide": ("/", 6),
+          "floor_divide": ("//", 6), "remainder": ("%", 6), "power": ("**", 8)}
+_ATOM = 9
+
+
+class _SizePrinter(StrPrinter):
+    """Sizes and index expressions as a user writes them: `T - R + 1`, `N // 2`."""
+
+    def _print_Add(self, e, order=None):
+        terms = sorted(e.args, key=lambda a: (a.is_number, a.could_extract_minus_sign(),
+                                              sp.default_sort_key(a)))
+        out = self._print(terms[0])
+        for t in terms[1:]:
+            if t.could_extract_minus_sign():
+                out += f" - {self.parenthesize(-t, PRECEDENCE['Add'])}"
+            else:
+                out += f" + {self.parenthesize(t, PRECEDENCE['Add'])}"
+        return out
+
+    def _print_floor(self, e):
+        num, den = sp.fraction(sp.together(e.args[0]))
+        if den == 1:
+            return f"floor({self._print(e.args[0])})"
+        return f"{self.parenthesize(num, PRECEDENCE['Mul'])} // " \
+               f"{self.parenthesize(den, PRECEDENCE['Mul'] + 1)}"
+
+
+def format_size(e):
+    """A size or index expression as text (`T - R + 1`, `j + N // 2`)."""
+    return _SizePrinter().doprint(sp.sympify(e))
+
+
+def format_expr(e):
+    """An expression in the spelling a user would type (`A[i, k] * B[k, j]`,
+    `sum(X[i, j], over=j) / N`), indices by their own names."""
+    return _format(e)[0]
+
+
+def _format(e):
+    """(text, precedence) of an expression."""
+    if isinstance(e, Const):
+        v = e.value
+        return repr(v), (7 if isinstance(v, (int, float)) and v < 0 else _ATOM)
+    if isinstance(e, Access):
+        return f"{e.tensor.name}[{', '.join(map(format_size, e.index))}]", _ATOM
+    if isinstance(e, IndexValue):
+        prec = 5 if isinstance(e.expr, sp.Add) else 6 if isinstance(e.expr, sp.Mul) else _ATOM
+        return format_size(e.expr), prec
+    if isinstance(e, Reduce):
+        over = str(e.over[0]) if len(e.over) == 1 else f"({', '.join(map(str, e.over))})"
+        return f"{e.combiner}({format_expr(e.body)}, over={over})", _ATOM
+    if isinstance(e, Op):
+        args = [_format(a) for a in e.args]
+        if e.name in _INFIX and len(args) == 2:
+            sym, prec = _INFIX[e.name]
+            (lt, lp), (rt, rp) = args
+            right_assoc = e.name == "power"
+            if lp < prec or (right_assoc and lp == prec) or (prec == 1 and lp == 1):
+                lt = f"({lt})"
+            if rp < prec or (not right_assoc and rp == prec):
+                rt = f"({rt})"
+            return f"{lt} {sym} {rt}", prec
+        if e.name in ("negative", "invert", "logical_not"):
+            (t, p), = args
+            sym = {"negative": "-", "invert": "~", "logical_not": "~"}[e.name]
+            return f"{sym}{t if p >= 7 else f'({t})'}", 7
+        if e.name == "cast":
+            if _weak_kind(e.args[0]) is not None:     # an implicit promotion: N, 1.0
+                return args[0]
+            return f"{format_expr(e.args[0])}.astype({e.dtype.name})", _ATOM
+        name = {"absolute": "abs", "rint": "round"}.get(e.name, e.name)
+        return f"{name}({', '.join(t for t, _ in args)})", _ATOM
+    return repr(e), _ATOM

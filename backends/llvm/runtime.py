@@ -14,6 +14,8 @@ import ctypes
 import operator
 import os
 import re
+import secrets
+import weakref
 
 import numpy as np
 import sympy as sp
@@ -56,8 +58,16 @@ def get_num_threads():
     return _NUM_THREADS[0]
 
 
-def compile(target, fast_math=True, name=None):
-    """Compile a schedule, a definition, a tuple of definitions or a Program."""
+def compile(target, fast_math=True, name=None, casting="safe"):
+    """Compile a schedule, a definition, a tuple of definitions or a Program.
+
+    `casting` is numpy's rule for an input array whose dtype differs from its tensor's
+    ("safe": only conversions that keep every value; "same_kind" also rounds float64 to
+    float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
+    in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule."""
+    if casting not in _CASTINGS:
+        raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
+                         f"not {casting!r}")
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
         sched = default_schedule(as_program(target), fast_math)
@@ -76,7 +86,27 @@ def compile(target, fast_math=True, name=None):
         return ir_text[0]
     text = f"{symbol} fast_math={fast_math} {codegen.settings()}\n{structure_key(kernel)}"
     address, engine = jit.load(text, symbol, make_ir)
-    return CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    f = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    f.casting = casting
+    f._rebuild = (program, sched.fast_math, tuple(sched.history), fast_math, name, casting)
+    return f
+
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_LIVE = weakref.WeakValueDictionary()       # pickle token -> the function it stands for
+
+
+def _rebuilt(token, program, sched_fast_math, history, fast_math, name, casting):
+    """Unpickling a compiled function: replay its schedule and compile it (the kernel
+    comes from the disk cache when it holds it), once per process and token."""
+    f = _LIVE.get(token)
+    if f is None:
+        from ...scheduler.schedule import Schedule
+        sched = Schedule(program, sched_fast_math).replay(history)
+        f = compile(sched, fast_math, name, casting)
+        f._token = token
+        _LIVE[token] = f
+    return f
 
 
 class CompiledFunction:
@@ -132,8 +162,22 @@ class CompiledFunction:
         return out
 
     def __repr__(self):
-        return (f"<tex compiled {self.symbol}({', '.join(self.input_names)}) -> "
-                f"{', '.join(o.name for o in self.program.outputs)}>")
+        sig = self.program.signature()
+        if self.param_names:
+            sig = sig.replace(") -> ", f", *, {', '.join(self.param_names)}) -> ", 1)
+        return f"<tex compiled {self.symbol}{sig}>"
+
+    def _repr_html_(self):
+        from tex.display import compiled_html
+        return compiled_html(self)
+
+    def __reduce__(self):
+        """Pickles as its program, schedule history and flags; rebuilt where unpickled."""
+        token = getattr(self, "_token", None)
+        if token is None:
+            token = self._token = secrets.token_hex(8)
+            _LIVE[token] = self
+        return (_rebuilt, (token, *self._rebuild))
 
 
 # ---------------------------------------------------------------- the generated call path
@@ -262,14 +306,33 @@ def _make_caller(cf):
     return call
 
 
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
+
+
 def _coerce(cf, pos, a):
-    """Slow path: convert an argument to an array of the declared dtype, or refuse."""
+    """Slow path: convert an argument to an array of the declared dtype, or refuse.
+    Python scalars and (nested) lists of them are weak (NEP 50): converted to the
+    tensor's dtype when their kind fits it (bool < int < float), as numpy does with
+    `np.asarray(a, dtype)` (an int out of range raises OverflowError)."""
     t = cf.program.inputs[pos]
     arr = np.asarray(a)
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
-    if not np.can_cast(arr.dtype, t.dtype, "safe"):
-        raise TypeError(f"tensor {t.name}: cannot cast {arr.dtype} to {t.dtype} safely")
+    if not isinstance(a, (np.ndarray, np.generic)) and arr.dtype.kind in _KIND_RANK \
+            and t.dtype.kind in _KIND_RANK \
+            and (arr.size == 0 or _KIND_RANK[arr.dtype.kind] <= _KIND_RANK[t.dtype.kind]):
+        return np.asarray(a, dtype=t.dtype)
+    casting = getattr(cf, "casting", "safe")
+    if not np.can_cast(arr.dtype, t.dtype, casting):
+        fix = f"convert it with a.astype(np.{t.dtype.name})"
+        if casting != "unsafe" and np.can_cast(arr.dtype, t.dtype, "same_kind") \
+                and casting != "same_kind":
+            fix += ", or compile with tex.compile(..., casting='same_kind') to round it"
+        elif arr.dtype.kind in _KIND_RANK and t.dtype.kind in _KIND_RANK:
+            fix += ", or compile with tex.compile(..., casting='unsafe') to convert " \
+                   "whatever comes"
+        raise TypeError(f"tensor {t.name}: got {arr.dtype} data, which numpy does not cast "
+                        f"to {t.dtype} with casting={casting!r}; {fix}")
     return arr.astype(t.dtype)
 
 

@@ -372,7 +372,7 @@ class StageHandle:
         self._kind(loop, LoopKind.UNROLLED)
 
     def __str__(self):
-        return format_nest(lower_stage(self.state, self.sched._buffers()))
+        return format_nest(self.lower(self.sched._buffers(), self.sched._states))
 
     def __repr__(self):
         loops = ", ".join(f"{h.name}{' (reduction)' if h.is_reduction else ''}"

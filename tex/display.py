@@ -32,11 +32,10 @@ def box(title, *parts):
 def table(header, rows):
     """An HTML table; cells are text (escaped) unless given as ("html", markup)."""
     def cell(c, tag):
-        return f"<{tag} style='text-align:left'>" + \
-            (c[1] if isinstance(c, tuple) else escape(str(c))) + f"</{tag}>"
+        return f"<{tag}>" + (c[1] if isinstance(c, tuple) else escape(str(c))) + f"</{tag}>"
     head = "<tr>" + "".join(cell(h, "th") for h in header) + "</tr>"
     body = "".join("<tr>" + "".join(cell(c, "td") for c in r) + "</tr>" for r in rows)
-    return f"<table>{head}{body}</table>"
+    return f'<table style="text-align: left">{head}{body}</table>'
 
 
 def details(summary, text, max_lines=MAX_LINES):

@@ -240,6 +240,12 @@ class Expr:
     def __repr__(self):
         return format_expr(self)
 
+    def __copy__(self):             # immutable: a copy is the node itself
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     # numpy calls these for np.exp(expr), np.maximum(expr, 0), np.where(c, a, b), ...
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         from .interop import array_ufunc

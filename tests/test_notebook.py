@@ -58,6 +58,19 @@ def test_two_slices_with_floor_division(n):
     assert got.shape == (3, n - n // 2)
 
 
+def test_floor_division_in_shapes_end_to_end():
+    X = tex.tensor("X", (N,), "float64")
+    Y = tex.tensor("Yh", (N // 2,), "float64")
+    Z = tex.compute("Z", (i,), X[i + N // 2] * Y[i] + N // 2)
+    assert Z.type_str == "float64[Min(N - N // 2, N // 2)]"
+    f = tex.compile(Z)
+    for n in (1, 7, 64, 65):
+        x, y = np.arange(float(n)), np.arange(float(n // 2)) + 1
+        np.testing.assert_array_equal(f(x, y), x[n // 2: n // 2 * 2] * y + n // 2)
+    with pytest.raises(tex.ShapeError, match=r"tensor Yh, dimension 0"):
+        f(np.ones(7), np.ones(4))
+
+
 def test_non_integer_size_arithmetic_is_refused_with_the_fix():
     X = tex.tensor("X", (M, N), "float32")
     with pytest.raises(ValueError, match=r"N // 2, not N/2"):

@@ -60,7 +60,12 @@ def _extents_table(d):
 
 def definition_html(d):
     from .program import Program
-    prog = Program(d)
+    try:
+        prog = Program(d)
+    except ValueError as err:           # a program tex refuses: say why, show the rest
+        return box(f"definition {escape(d.name)}: {code(d.type_str)}", pre(d.notation),
+                   _extents_table(d), f"<div><b>cannot be compiled:</b> {escape(str(err))}"
+                                      "</div>")
     lines = [x.notation for x in prog.definitions]
     args = ", ".join(t.name for t in prog.inputs)
     return box(f"definition {escape(d.name)}: {code(d.type_str)}",

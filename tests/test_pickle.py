@@ -7,7 +7,6 @@ import multiprocessing
 import pickle
 
 import numpy as np
-import pytest
 
 import tex
 from tex.backends.llvm import runtime

@@ -52,7 +52,7 @@ def tensor_html(t):
 
 def _extents_table(d):
     own = [x for x in d.extents]
-    from .expr import format_size
+    from .printing import format_size
     return table(["index", "extent", "role"],
                  [(str(x), format_size(d.extents[x]),
                    "output" if x in d.indices else "reduced") for x in own])
@@ -81,7 +81,7 @@ def program_html(p):
 
 
 def schedule_html(s):
-    from .expr import format_expr
+    from .printing import format_expr
     p = s.program
     hosted = {}
     for producer, consumer in s._hosted_by.items():
@@ -125,7 +125,7 @@ def stage_html(stage):
 
 
 def compiled_html(f):
-    from .expr import format_size
+    from .printing import format_size
     p = f.program
     rows = [(b.name, f"({', '.join(map(format_size, b.shape))})", b.dtype.name,
              format_size(_nbytes(b)), b.scope.value) for b in f.buffers]

@@ -23,8 +23,8 @@ import sympy as sp
 from . import dtypes
 from .errors import ShapeError
 from .expr import (Access, Index, Reduce, affine_terms, as_expr, as_size, check_rank,
-                   expr_indices, format_size, free_indices, index_symbols, rebuild, walk,
-                   with_children)
+                   expr_indices, free_indices, index_symbols, rebuild, walk, with_children)
+from .printing import format_size
 
 
 class Tensor:
@@ -105,7 +105,7 @@ class Definition(Tensor):
     @property
     def notation(self):
         """`C[i, j] = sum(A[i, k] * B[k, j], over=k)`: the definition in index notation."""
-        from .expr import format_expr
+        from .printing import format_expr
         idx = ", ".join(map(str, self.indices)) if self.indices else "()"
         return f"{self.name}[{idx}] = {format_expr(self.expr)}"
 

@@ -57,7 +57,7 @@ UNARY = {
 CASES = [(name, dt) for name in UNARY for dt in ("float32", "float64")]
 CASES += [(name, "int32") for name in ("floor", "ceil", "round", "sign", "isnan", "isfinite",
                                        "sin", "rsqrt")]
-CASES += [(name, "float16") for name in ("sin", "log1p", "expm1", "floor")]
+CASES += [(name, "float16") for name in ("sin", "log1p", "expm1", "floor", "round", "sign")]
 CASES += [("sign", "uint8"), ("sign", "int8"), ("floor", "bool")]
 
 
@@ -69,7 +69,7 @@ def test_unary_functions_match_numpy(name, dt):
     rtol = 1e-5 if dt == "float32" and name in ("sin", "cos", "silu", "softplus") else None
     if dt == "float16":
         rtol, atol = 2e-3, 1e-3
-    for n in SIZES + [len(SPECIALS) + 5]:
+    for n in [0] + SIZES + [len(SPECIALS) + 5]:
         x = values(dt, n, seed=n)
         with np.errstate(all="ignore"):
             want = UNARY[name](x)
@@ -137,6 +137,9 @@ def test_sizes_as_values_in_kernels(m, n):
               what="1 / sqrt(N)")
         check(half(x), x / np.float32(n / 2), what="N / 2")
     check(ramp(x8), x8.astype(np.int64) * n + (m - np.arange(m))[:, None], what="int8 * N")
+    P = tex.param("P")
+    by_param = tex.compile(tex.compute("Pp", (i, j), X[i, j] * P + M))
+    check(by_param(x, P=3), x * np.float32(3) + np.float32(m), what="a parameter as a value")
     for f, a in ((mean, x), (scaled, x), (ramp, x8), (half, x)):
         with np.errstate(all="ignore"):
             check(f(a), evaluate(f.program, [a])[0], rtol=1e-6, what="compiled vs reference")

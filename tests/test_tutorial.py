@@ -9,7 +9,9 @@ from nbclient import NotebookClient
 NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "tutorial.ipynb"
 
 
-def test_tutorial_notebook_executes():
+def test_tutorial_notebook_executes(monkeypatch):
+    # this environment's kernelspec first, before any in the user's own Jupyter folders
+    monkeypatch.setenv("JUPYTER_PATH", str(Path(sys.prefix) / "share" / "jupyter"))
     nb = nbformat.read(NOTEBOOK, as_version=4)
     # one more cell: the kernel must be this interpreter (its tex, its numpy)
     nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.prefix)"))

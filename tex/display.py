@@ -81,7 +81,6 @@ def program_html(p):
 
 
 def schedule_html(s):
-    from .printing import format_expr
     p = s.program
     hosted = {}
     for producer, consumer in s._hosted_by.items():
@@ -93,17 +92,17 @@ def schedule_html(s):
         loops = ", ".join(_loop_text(h) for h in st.loops)
         inside = ", ".join(hosted.get(st.definition, [])) or ""
         specs = len(st.specializations)
-        rows.append((st.name, ("html", code(f"{st.definition.name}[...] = "
-                                            f"{format_expr(st.definition.expr)}")),
-                     loops, inside, specs or ""))
+        rows.append((st.name, ("html", code(st.definition.notation)), loops, inside,
+                     specs or ""))
     history = "".join(f"<li>{code(repr(step))}</li>" for step in s.history)
     return box(f"schedule of {escape(', '.join(o.name for o in p.outputs))} "
                f"{code(p.signature())}",
                table(["kernel stage", "computes", "loops (outermost first)",
                       "computed inside", "specializations"], rows),
                "<div>loop nest:</div>" + pre(str(s)),
-               f"<div>history ({len(s.history)} steps, replayable: "
-               f"{code('s.replay(s.history)')}):</div>" +
+               f"<div>history ({len(s.history)} step{'s' if len(s.history) != 1 else ''},"
+               f" replayable on a fresh schedule: "
+               f"{code(f'tex.schedule({p.outputs[0].name}).replay(s.history)')}):</div>" +
                (f"<ol>{history}</ol>" if history else "<div><i>no steps: the default "
                                                       "loop nest</i></div>"))
 

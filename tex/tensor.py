@@ -122,10 +122,10 @@ class Definition(Tensor):
     @property
     def compiled(self):
         """The compiled function `C(...)` calls: `tex.compile(C)`, made on first use."""
-        f = _COMPILED.get(self)
-        if f is None:
+        f = self.__dict__.get("_compiled")
+        if f is None:               # a late import: the DSL does not import the compiler
             from .backends.llvm.runtime import compile as compile_
-            f = _COMPILED[self] = compile_(self)
+            f = self._compiled = compile_(self)
         return f
 
     @property
@@ -141,7 +141,6 @@ class Definition(Tensor):
         return list(seen.values())
 
 
-_COMPILED = weakref.WeakKeyDictionary()        # Definition -> what C(...) calls
 _TENSORS = weakref.WeakValueDictionary()        # (name, shape, dtype) -> the input tensor
 
 

@@ -325,8 +325,7 @@ def _coerce(cf, pos, a):
     casting = getattr(cf, "casting", "safe")
     if not np.can_cast(arr.dtype, t.dtype, casting):
         fix = f"convert it with a.astype(np.{t.dtype.name})"
-        if casting != "unsafe" and np.can_cast(arr.dtype, t.dtype, "same_kind") \
-                and casting != "same_kind":
+        if casting in ("no", "equiv", "safe") and np.can_cast(arr.dtype, t.dtype, "same_kind"):
             fix += ", or compile with tex.compile(..., casting='same_kind') to round it"
         elif arr.dtype.kind in _KIND_RANK and t.dtype.kind in _KIND_RANK:
             fix += ", or compile with tex.compile(..., casting='unsafe') to convert " \

@@ -102,9 +102,14 @@ def schedule_html(s):
                "<div>loop nest:</div>" + pre(str(s)),
                f"<div>history ({len(s.history)} step{'s' if len(s.history) != 1 else ''},"
                f" replayable on a fresh schedule: "
-               f"{code(f'tex.schedule({p.outputs[0].name}).replay(s.history)')}):</div>" +
+               f"{code(f'tex.schedule({_outputs(p)}).replay(s.history)')}):</div>" +
                (f"<ol>{history}</ol>" if history else "<div><i>no steps: the default "
                                                       "loop nest</i></div>"))
+
+
+def _outputs(p):
+    names = ", ".join(o.name for o in p.outputs)
+    return names if len(p.outputs) == 1 else f"({names})"
 
 
 def _loop_text(handle):

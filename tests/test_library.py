@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import tex
+from test_dsl import check           # dtype and shape equal; floats close, NaN == NaN
 from tex.backends.numpy_ref import evaluate
 
 M, N = tex.sizes("M N")
@@ -13,19 +14,6 @@ i, j = tex.indices("i j")
 SIZES = [1, 7, 63, 65]
 SPECIALS = [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 1e-8, -1e-8, 40.0, -40.0, 100.0, -100.0,
             np.nan, np.inf, -np.inf]
-RTOL = {"float16": 2e-3, "float32": 2e-6, "float64": 1e-13}
-
-
-def check(got, want, rtol=None, atol=0.0, what=""):
-    got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype, f"{what}: dtype {got.dtype} != {want.dtype}"
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    if got.dtype.kind == "f":
-        rtol = RTOL[got.dtype.name] if rtol is None else rtol
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True,
-                                   err_msg=what)
-    else:
-        np.testing.assert_array_equal(got, want, err_msg=what)
 
 
 def values(dt, n, seed=0):

@@ -505,22 +505,7 @@ def gelu(x, approximate="none"):
 # ---------------------------------------------------------------- reductions
 
 def _reduction(combiner, body, over, dtype, fast_math):
-    body = as_expr(body)
-    over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
-    if not over:
-        raise ValueError(f"{combiner}: over= needs at least one index")
-    for x in over:
-        if not isinstance(x, Index):
-            hint = ""
-            if combiner in ("max", "min"):
-                hint = (f"; tex.{combiner} reduces over indices (tex.{combiner}(x, over=j)): "
-                        f"for the elementwise {combiner}imum of two values use "
-                        f"tex.{combiner}imum(a, b)")
-            raise TypeError(f"{combiner}: over= takes tex.indices, not {x!r}{hint}")
-    used = expr_indices(body)
-    for x in over:
-        if x not in used:
-            raise ValueError(f"{combiner}: the body does not use index {x} named in over=")
+    body, over = reduction_operands(combiner, body, over)
     if combiner in ("argmax", "argmin"):
         acc = dtypes.INT64
         if dtype is not None and dtypes.as_dtype(dtype) != acc:
@@ -532,6 +517,28 @@ def _reduction(combiner, body, over, dtype, fast_math):
     else:
         acc = body.dtype
     return Reduce(combiner, body, over, acc, fast_math)
+
+
+def reduction_operands(name, body, over):
+    """(body as an expression, over as a tuple of indices the body uses), or raise with
+    a message that starts with the reduction's `name`."""
+    body = as_expr(body)
+    over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
+    if not over:
+        raise ValueError(f"{name}: over= needs at least one index")
+    for x in over:
+        if not isinstance(x, Index):
+            hint = ""
+            if name in ("max", "min"):
+                hint = (f"; tex.{name} reduces over indices (tex.{name}(x, over=j)): "
+                        f"for the elementwise {name}imum of two values use "
+                        f"tex.{name}imum(a, b)")
+            raise TypeError(f"{name}: over= takes tex.indices, not {x!r}{hint}")
+    used = expr_indices(body)
+    for x in over:
+        if x not in used:
+            raise ValueError(f"{name}: the body does not use index {x} named in over=")
+    return body, over
 
 
 def _numpy_sum_dtype(dt):

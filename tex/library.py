@@ -17,7 +17,7 @@ import sympy as sp
 
 from . import dtypes
 from .expr import (abs as abs_, as_expr, cast, exp, log, max as max_, maximum, minimum, op,
-                   sqrt, sum as sum_, where)
+                   reduction_operands, sqrt, sum as sum_, where)
 from .tensor import index_extents
 
 
@@ -90,17 +90,9 @@ def softplus(x):
 
 # ---------------------------------------------------------------- reductions
 
-def _over(name, body, over):
-    body = as_expr(body)
-    over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
-    return body, over
-
-
 def _count(body, over, what):
     """The number of elements a reduction over `over` visits, as a size value: the
     product of the indices' extents, inferred from `body` as `compute` will."""
-    body, over = _over(what, body, over)
-    sum_(body, over)            # the checks of a reduction: indices, used in the body
     ext = index_extents(what, body, over)
     return sp.Mul(*(ext[x] for x in over))
 
@@ -122,7 +114,7 @@ def _result(value, body, dtype):
 def mean(body, over, dtype=None):
     """`tex.mean(X[i, j], over=j)`: the sum over `over` divided by its element count
     (numpy's `mean`: integers average in float64; an empty range gives NaN)."""
-    body, over = _over("mean", body, over)
+    body, over = reduction_operands("mean", body, over)
     acc = _mean_dtype(body.dtype, dtype)
     n = _count(body, over, "mean")
     return _result(sum_(body, over, dtype=acc) / n, body, dtype)
@@ -131,7 +123,7 @@ def mean(body, over, dtype=None):
 def var(body, over, ddof=0, dtype=None):
     """numpy's `var`: the mean of squared deviations from the mean, divided by
     `max(n - ddof, 0)` instead of n."""
-    body, over = _over("var", body, over)
+    body, over = reduction_operands("var", body, over)
     acc = _mean_dtype(body.dtype, dtype)
     n = _count(body, over, "var")
     dev = cast(body, acc) - sum_(body, over, dtype=acc) / n
@@ -141,7 +133,7 @@ def var(body, over, ddof=0, dtype=None):
 
 def std(body, over, ddof=0, dtype=None):
     """numpy's `std`: the square root of `var`."""
-    body, over = _over("std", body, over)
+    body, over = reduction_operands("std", body, over)
     v = var(body, over, ddof, _mean_dtype(body.dtype, dtype))
     return _result(sqrt(v), body, dtype)
 
@@ -150,7 +142,7 @@ def logsumexp(body, over):
     """scipy's `logsumexp`: log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m
     the maximum (0 where the maximum is infinite, so all -inf gives -inf, an empty range
     too, and +inf gives +inf)."""
-    body, over = _over("logsumexp", body, over)
+    body, over = reduction_operands("logsumexp", body, over)
     x = _floating(body)
     m = max_(x, over)
     shift = where(isfinite(m), m, 0)
@@ -160,7 +152,7 @@ def logsumexp(body, over):
 def softmax(body, over):
     """scipy's `softmax`: exp(x - max) / sum(exp(x - max)), an expression indexed like
     its argument (`tex.softmax(S[i, j], over=j)` is indexed by i and j)."""
-    body, over = _over("softmax", body, over)
+    body, over = reduction_operands("softmax", body, over)
     x = _floating(body)
     e = exp(x - max_(x, over))
     return e / sum_(e, over)

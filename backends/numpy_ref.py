@@ -136,7 +136,8 @@ OPS = {name: _ufunc(name) for name in (
     "add", "subtract", "multiply", "true_divide", "negative", "absolute", "invert",
     "bitwise_and", "bitwise_or", "bitwise_xor", "less", "less_equal", "greater",
     "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
-    "maximum", "minimum", "exp", "log", "sqrt", "tanh")}
+    "maximum", "minimum", "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil",
+    "rint", "sign", "isnan", "isfinite", "log1p", "expm1")}
 OPS.update({
     "floor_divide": lambda e, a, b: _int_div(e, a, b) if e.dtype.kind in "iu"
     else np.floor_divide(a, b),
@@ -153,6 +154,14 @@ def _reduce(red, value, axes):
     comb, acc = red.combiner, red.dtype
     kept = [s for a, s in enumerate(value.shape) if a not in axes]
     if comb in ("max", "min", "argmax", "argmin") and 0 in [value.shape[a] for a in axes]:
+        if not red.strict:        # the identity (tex.max(..., initial=), library maxima)
+            if comb in ("argmax", "argmin"):
+                return np.zeros(kept, np.int64)
+            info = np.finfo(acc) if acc.kind == "f" else None
+            big = comb == "min"
+            fill = (np.inf if big else -np.inf) if info is not None else \
+                (big if acc.kind == "b" else np.iinfo(acc).max if big else np.iinfo(acc).min)
+            return np.full(kept, fill, acc)
         if 0 not in kept:
             raise ValueError(f"zero-size array to reduction operation {comb} which has no "
                              "identity")

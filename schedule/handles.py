@@ -8,6 +8,7 @@ from tex.errors import ScheduleError
 from tex.expr import Index
 
 from . import primitives as P
+from .display import stage_html
 from .ir import Guard, LoopKind, Stage
 from .printer import format_nest
 from .stage import lower_stage
@@ -40,6 +41,9 @@ class LoopHandle:
     def __repr__(self):
         red = ", reduction" if self.is_reduction else ""
         return f"<loop {self.name} of {self.stage.name}{red}>"
+
+    def __reduce__(self):
+        return (_loop_of, (self.stage, self.name))
 
 
 class StageHandle:
@@ -232,7 +236,19 @@ class StageHandle:
         self._kind(loop, LoopKind.UNROLLED)
 
     def __str__(self):
-        return format_nest(lower_stage(self.state, self.sched._buffers()))
+        return format_nest(self.lower(self.sched._buffers(), self.sched._states))
+
+    def __repr__(self):
+        loops = ", ".join(f"{h.name}{' (reduction)' if h.is_reduction else ''}"
+                          for h in self.loops)
+        return f"<stage {self.name} of a schedule of " \
+               f"{', '.join(o.name for o in self.sched.program.outputs)}: loops {loops}>"
+
+    def _repr_html_(self):
+        return stage_html(self)
+
+    def __reduce__(self):
+        return (_stage_of, (self.sched, self.name))
 
 
 class Specialization(StageHandle):
@@ -259,3 +275,11 @@ class Specialization(StageHandle):
 
     def lower(self, buffers, states):
         return lower_stage(self.state, buffers, states)
+
+
+def _stage_of(sched, name):
+    return sched[name]
+
+
+def _loop_of(stage, name):
+    return LoopHandle(stage, stage._var("unpickle", name))

@@ -17,6 +17,7 @@ from tex.errors import ScheduleError
 from tex.expr import AutoParts, Param
 from tex.program import as_program
 
+from .display import schedule_html
 from .handles import StageHandle
 from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
@@ -120,6 +121,13 @@ class Schedule:
 
     __repr__ = __str__
 
+    def _repr_html_(self):
+        return schedule_html(self)
+
+    def __reduce__(self):
+        """A schedule pickles (and copies) as its program and its history, replayed."""
+        return (_replayed, (self.program, self.fast_math, tuple(self.history)))
+
     # ------------------------------------------------------------ legality
     def _check(self, old, new):
         """Refuse a stage state whose local copies no longer lower: their boxes depend
@@ -182,6 +190,10 @@ class Schedule:
     @property
     def buffers(self):
         return [b for b in self._buffers().values() if b.scope is Scope.TEMP]
+
+
+def _replayed(program, fast_math, history):
+    return Schedule(program, fast_math).replay(history)
 
 
 def schedule(out, fast_math=True):

@@ -1,10 +1,7 @@
-"""Tensor expressions: sizes, indices, tensors and the expression tree.
+"""Tensor expressions: the expression tree over tensors' elements, its construction with
+numpy's type rules, and its printing (`repr`: the spelling a user types).
 
-Invariants:
-- Sizes are sympy `Symbol`s (integer, non-negative); two sizes with one name are one size.
-- An `Index` is a `sympy.Dummy`: identity by object, never by name.
-- Every index expression inside `tensor[...]` is affine in the indices, with integer
-  coefficients and an offset that may contain sizes (`C[i, j + H]`, `x[2*i + 1]`).
+Invariants (sizes and indices: tex/indices.py):
 - Expression nodes are immutable. Their `==` builds a comparison (as numpy's does), so
   compiler code compares nodes with `is` and keys dictionaries by `id` or by node identity.
 """
@@ -13,118 +10,9 @@ import sympy as sp
 
 from . import dtypes
 from .errors import ShapeError
-
-
-# ---------------------------------------------------------------- sizes and indices
-
-def sizes(names):
-    """`M, N, K = tex.sizes("M N K")`: symbolic sizes, bound from the arrays at call time."""
-    syms = tuple(sp.Symbol(n, integer=True, nonnegative=True) for n in _split_names(names))
-    return syms[0] if len(syms) == 1 else syms
-
-
-class Index(sp.Dummy):
-    """A loop index: a unique integer symbol carrying a display name and an optional extent."""
-
-    def __new__(cls, name, extent=None):
-        obj = super().__new__(cls, name, integer=True, nonnegative=True)
-        obj.extent = None if extent is None else sp.sympify(extent)
-        return obj
-
-
-def indices(names, extent=None):
-    """`i, j = tex.indices("i j")`; `extent=` fixes the range instead of inferring it."""
-    idx = tuple(Index(n, extent) for n in _split_names(names))
-    return idx[0] if len(idx) == 1 else idx
-
-
-def param(name):
-    """A call-time integer parameter (`split_k(k, parts=tex.param("P"))`)."""
-    return Param(name)
-
-
-class Param(sp.Symbol):
-    """A scalar given to the compiled function by keyword at call time."""
-
-    def __new__(cls, name):
-        return super().__new__(cls, name, integer=True, positive=True)
-
-
-class CeilDiv(sp.Function):
-    """ceiling(a / b) for integers, the trip count of a split's outer loop. sympy's own
-    `ceiling(Min(1020, 1024 - 1020*io)/6)` wrongly simplifies to the quotient (it takes
-    the Min of two even numbers over 6 for an integer), so splits use this function,
-    which evaluates only on integer arguments."""
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if a.is_Integer and b.is_Integer and b != 0:
-            return sp.Integer(-(-int(a) // int(b)))
-        if b == 1:
-            return a
-        return None
-
-    def _eval_is_nonnegative(self):
-        a, b = self.args
-        if a.is_nonnegative and b.is_positive:
-            return True
-        return None
-
-    def _sympystr(self, printer):
-        from sympy.printing.precedence import PRECEDENCE
-        a, b = self.args
-        return f"ceiling({printer.parenthesize(a, PRECEDENCE['Mul'])}/" \
-               f"{printer.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
-
-
-class AutoParts(Param):
-    """A split_k part count that the call path chooses from the sizes and the thread
-    count (`s.auto()`'s split-K decision): `rows` is the extent of the loop that the
-    threads would otherwise share, `length` the extent of the reduction."""
-
-    def __new__(cls, name, rows, length):
-        # not through sympy's symbol cache, which would hand back (and overwrite) the
-        # AutoParts of another program with the same name
-        obj = sp.Symbol.__xnew__(cls, name, integer=True, positive=True)
-        obj.rows, obj.length = sp.sympify(rows), sp.sympify(length)
-        return obj
-
-    def _hashable_content(self):
-        return super()._hashable_content() + (self.rows, self.length)
-
-    def __getnewargs_ex__(self):
-        return (self.name, self.rows, self.length), {}
-
-
-def _split_names(names):
-    out = names.replace(",", " ").split() if isinstance(names, str) else list(names)
-    if not out:
-        raise ValueError("expected at least one name")
-    return out
-
-
-def index_symbols(expr):
-    return {s for s in sp.sympify(expr).free_symbols if isinstance(s, Index)}
-
-
-def affine_terms(expr, where):
-    """Split an affine index expression into ({Index: int coefficient}, offset)."""
-    expr = sp.expand(sp.sympify(expr))
-    idx = index_symbols(expr)
-    coeffs = {}
-    offset = expr
-    for x in sorted(idx, key=lambda s: s.dummy_index):
-        c = expr.coeff(x)
-        if not c.is_Integer:
-            raise ValueError(f"{where}: index expression {expr} is not affine in {x} "
-                             f"(coefficient {c} is not an integer)")
-        coeffs[x] = int(c)
-        offset = offset - c * x
-    offset = sp.expand(offset)
-    if index_symbols(offset):
-        raise ValueError(f"{where}: index expression {expr} is not affine in the indices")
-    return coeffs, offset
+# the symbols of index notation, defined in tex/indices.py, importable from here too
+from .indices import (AutoParts, CeilDiv, Index, Param, _split_names, affine_terms,  # noqa: F401
+                      as_size, format_size, index_symbols, indices, param, sizes)
 
 
 # ---------------------------------------------------------------- expression nodes
@@ -166,10 +54,35 @@ class Expr:
     def __ne__(self, o): return op("not_equal", self, o)
 
     def __bool__(self):
-        raise TypeError("a tex expression has no truth value; use tex.where for a choice")
+        raise TypeError(
+            f"a tex expression has no truth value (here: {self!r}): for the larger or "
+            "smaller of two values use tex.maximum(a, b) or tex.minimum(a, b), not "
+            "Python's max()/min(); for a choice use tex.where(cond, a, b); combine "
+            "conditions with & and |, not `and`/`or`")
 
     def astype(self, dtype):
         return cast(self, dtype)
+
+    def __repr__(self):
+        return format_expr(self)
+
+    def __copy__(self):             # immutable: a copy is the node itself
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    # numpy calls these for np.exp(expr), np.maximum(expr, 0), np.where(c, a, b), ...
+    # (answered by tex/interop.py, which sits above the library functions and installs
+    # its handlers in NUMPY_HANDLERS when tex is imported)
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return NUMPY_HANDLERS["ufunc"](ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return NUMPY_HANDLERS["function"](func, args, kwargs)
+
+
+NUMPY_HANDLERS = {}     # "ufunc", "function" -> tex.interop's array_ufunc, array_function
 
 
 class Const(Expr):
@@ -182,9 +95,6 @@ class Const(Expr):
         self.dtype = np.result_type(value) if dtype is None else dtypes.as_dtype(dtype)
         self.value = self.dtype.type(value).item() if not self.weak else value
 
-    def __repr__(self):
-        return repr(self.value)
-
 
 class Access(Expr):
     """`tensor[index...]`: one element of a tensor, each index an affine sympy expression."""
@@ -192,9 +102,6 @@ class Access(Expr):
 
     def __init__(self, tensor, index):
         self.tensor, self.index, self.dtype = tensor, tuple(index), tensor.dtype
-
-    def __repr__(self):
-        return f"{self.tensor.name}[{', '.join(map(str, self.index))}]"
 
 
 class IndexValue(Expr):
@@ -204,19 +111,15 @@ class IndexValue(Expr):
     def __init__(self, expr):
         self.expr, self.dtype = sp.sympify(expr), dtypes.INT64
 
-    def __repr__(self):
-        return str(self.expr)
-
 
 class Op(Expr):
-    """An elementwise operation named by its numpy ufunc (or `cast`, `where`, `erf`)."""
-    __slots__ = ("name", "args")
+    """An elementwise operation named by its numpy ufunc (or `cast`, `where`, `erf`).
+    `weak`: every operand was a weak scalar or a size, so the result promotes as a
+    Python scalar would (`_weak_kind`)."""
+    __slots__ = ("name", "args", "weak")
 
-    def __init__(self, name, args, dtype):
-        self.name, self.args, self.dtype = name, tuple(args), dtype
-
-    def __repr__(self):
-        return f"{self.name}({', '.join(map(repr, self.args))})"
+    def __init__(self, name, args, dtype, weak=False):
+        self.name, self.args, self.dtype, self.weak = name, tuple(args), dtype, weak
 
 
 COMBINERS = ("sum", "prod", "max", "min", "argmax", "argmin")
@@ -224,36 +127,88 @@ COMBINERS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 class Reduce(Expr):
     """A reduction of `body` over `over` (a tuple of Index) with a combiner from COMBINERS.
-    `dtype` is the accumulator and result type (int64 for argmax/argmin)."""
-    __slots__ = ("combiner", "body", "over", "fast_math")
+    `dtype` is the accumulator and result type (int64 for argmax/argmin). A `strict`
+    max/min/argmax/argmin refuses an empty range as numpy does (ValueError at call
+    time); otherwise it gives the combiner's identity there (-inf for a float max: how
+    `tex.max(..., initial=)` and the library's stabilizing maxima are built)."""
+    __slots__ = ("combiner", "body", "over", "fast_math", "strict")
 
-    def __init__(self, combiner, body, over, dtype, fast_math=True):
+    def __init__(self, combiner, body, over, dtype, fast_math=True, strict=True):
         self.combiner, self.body, self.over = combiner, body, tuple(over)
-        self.dtype, self.fast_math = dtype, fast_math
-
-    def __repr__(self):
-        return f"{self.combiner}({self.body!r}, over={self.over})"
+        self.dtype, self.fast_math, self.strict = dtype, fast_math, strict
 
 
 def as_expr(x):
-    """Wrap Python scalars, indices and index expressions as expression nodes."""
+    """Wrap Python scalars, indices, sizes and index expressions as expression nodes. A
+    size expression (`N`, `N // 2`) is an int64 value read at call time that promotes
+    like the Python int it stands for (see `_weak_kind`)."""
     if isinstance(x, Expr):
         return x
     if isinstance(x, (bool, int, float, np.generic)):
         return Const(x.item() if isinstance(x, np.generic) else x,
                      x.dtype if isinstance(x, np.generic) else None)
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        return Const(x.item(), x.dtype)
     if isinstance(x, sp.Basic):
         if index_symbols(x):
             return IndexValue(x)
         if x.is_Integer:
             return Const(int(x))
-        raise TypeError(f"{x} is a size expression; sizes are not values inside expressions")
+        return _size_value(x)
+    if isinstance(x, np.ndarray):
+        raise TypeError(f"a numpy array (shape {x.shape}) cannot be part of a tex expression: "
+                        "declare it with tex.tensor(...) and pass the array at call time")
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tex expression")
+
+
+def _size_value(e):
+    """A size expression as a value. Integer parts are one int64 IndexValue each; true
+    division, float factors and square roots become operations, as they would on the
+    Python ints a numpy user holds (`x.shape[1] / 2` is a float)."""
+    if e.is_integer:
+        return IndexValue(e)
+    if e.is_Number:
+        return Const(float(e))
+    num, den = sp.fraction(e)
+    if den != 1:
+        return op("true_divide", _size_value(num), _size_value(den))
+    if isinstance(e, (sp.Add, sp.Mul)):
+        parts = [_size_value(a) for a in e.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = op("add" if isinstance(e, sp.Add) else "multiply", out, p)
+        return out
+    if isinstance(e, sp.Pow):
+        if e.exp == sp.Rational(1, 2):
+            return op("sqrt", _size_value(e.base))
+        return op("power", _size_value(e.base), _size_value(e.exp))
+    raise TypeError(f"cannot use the size expression {e} as a value")
+
+
+def _weak_kind(e):
+    """The Python type a weak operand stands for (NEP 50), or None for a typed one.
+
+    Python ints and floats are weak, and so are sizes (`N` is the Python int
+    `x.shape[1]` a numpy user would write) and expressions of sizes and Python
+    scalars only (`1 / tex.sqrt(D)` is `1 / math.sqrt(d)`): `tex.sum(X[i, j], over=j) / N`
+    on float32 stays float32, as `x.sum(1) / x.shape[1]` does in numpy."""
+    if isinstance(e, Const):
+        return type(e.value) if e.weak else None
+    if isinstance(e, IndexValue):
+        return None if index_symbols(e.expr) else int
+    if isinstance(e, Op) and e.weak:
+        return int if e.dtype.kind in "iu" else float
+    return None
+
+
+def _runtime_weak(e):
+    """A weak operand whose value is known only at call time (a size expression)."""
+    return _weak_kind(e) is not None and not isinstance(e, Const)
 
 
 def _operand_dtype(e):
     """What numpy's type resolution sees for an operand: a weak scalar's Python type."""
-    return type(e.value) if isinstance(e, Const) and e.weak else e.dtype
+    return _weak_kind(e) or e.dtype
 
 
 _UFUNC_NAMES = {
@@ -261,7 +216,8 @@ _UFUNC_NAMES = {
     "negative", "absolute", "invert", "bitwise_and", "bitwise_or", "bitwise_xor",
     "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
     "logical_and", "logical_or", "logical_not", "maximum", "minimum",
-    "exp", "log", "sqrt", "tanh",
+    "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil", "rint", "sign",
+    "isnan", "isfinite", "log1p", "expm1",
 }
 
 
@@ -271,11 +227,14 @@ def op(name, *args):
     if name not in _UFUNC_NAMES:
         raise ValueError(f"unknown elementwise operation {name!r}")
     ufunc = getattr(np, name)
-    try:
-        resolved = ufunc.resolve_dtypes(tuple(_operand_dtype(a) for a in args) + (None,))
-    except (TypeError, np.exceptions.DTypePromotionError) as err:
-        types = ", ".join(str(_operand_dtype(a)) for a in args)
-        raise TypeError(f"{name} is not defined for ({types}): {err}") from None
+    operands = [_operand_dtype(a) for a in args]
+    resolved = _resolve(ufunc, name, operands)
+    if any(_runtime_weak(a) and t.kind in "iu" and t.itemsize < 8
+           for a, t in zip(args, resolved[:-1])):
+        # a size never narrows: its value is known only at call time, so numpy's guard
+        # for a Python int that a narrow type cannot hold (OverflowError) cannot run
+        operands = [dtypes.INT64 if _runtime_weak(a) else t for a, t in zip(args, operands)]
+        resolved = _resolve(ufunc, name, operands)
     in_types, out = resolved[:-1], resolved[-1]
     unfit = [(a, t) for a, t in zip(args, in_types) if _weak_int_out_of_range(a, t)]
     if unfit:
@@ -289,8 +248,17 @@ def op(name, *args):
             (a, t), = unfit[:1]
             raise OverflowError(f"{name}: Python integer {a.value} out of bounds for {t}")
         in_types = (common,) * len(args)
+    weak = all(_weak_kind(a) is not None for a in args) and out in (dtypes.INT64, dtypes.FLOAT64)
     args = tuple(a if a.dtype == t else cast(a, t) for a, t in zip(args, in_types))
-    return Op(name, args, dtypes.as_dtype(out, f"result of {name}"))
+    return Op(name, args, dtypes.as_dtype(out, f"result of {name}"), weak)
+
+
+def _resolve(ufunc, name, operands):
+    try:
+        return ufunc.resolve_dtypes(tuple(operands) + (None,))
+    except (TypeError, np.exceptions.DTypePromotionError) as err:
+        types = ", ".join(getattr(t, "__name__", str(t)) for t in operands)
+        raise TypeError(f"{name} is not defined for ({types}): {err}") from None
 
 
 _COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
@@ -320,8 +288,13 @@ def cast(x, dtype):
 def where(cond, a, b):
     """`where(cond, a, b)`: a where cond is true, else b; numpy's promotion of a and b."""
     cond, a, b = as_expr(cond), as_expr(a), as_expr(b)
-    # weak Python scalars promote by value (NEP 50): where(c, x_f32, 1.0) stays float32
-    dt = np.result_type(*(x.value if _is_weak(x) else x.dtype for x in (a, b)))
+    # weak Python scalars promote by value (NEP 50): where(c, x_f32, 1.0) stays float32;
+    # a size stands for a Python int (0 here), and never narrows an integer type
+    dt = np.result_type(*(x.value if _is_weak(x) else _weak_kind(x)(0) if _runtime_weak(x)
+                          else x.dtype for x in (a, b)))
+    if dt.kind in "iu" and dt.itemsize < 8 and (_runtime_weak(a) or _runtime_weak(b)):
+        dt = np.result_type(*(dtypes.INT64 if _runtime_weak(x) else _operand_dtype(x)
+                              for x in (a, b)))
     return Op("where", (cast(cond, "bool"), cast(a, dt), cast(b, dt)), dtypes.as_dtype(dt))
 
 
@@ -364,18 +337,8 @@ def gelu(x, approximate="none"):
 
 # ---------------------------------------------------------------- reductions
 
-def _reduction(combiner, body, over, dtype, fast_math):
-    body = as_expr(body)
-    over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
-    if not over:
-        raise ValueError(f"{combiner}: over= needs at least one index")
-    for x in over:
-        if not isinstance(x, Index):
-            raise TypeError(f"{combiner}: over= takes tex.indices, not {x!r}")
-    used = expr_indices(body)
-    for x in over:
-        if x not in used:
-            raise ValueError(f"{combiner}: the body does not use index {x} named in over=")
+def _reduction(combiner, body, over, dtype, fast_math, strict=True):
+    body, over = reduction_operands(combiner, body, over)
     if combiner in ("argmax", "argmin"):
         acc = dtypes.INT64
         if dtype is not None and dtypes.as_dtype(dtype) != acc:
@@ -386,7 +349,29 @@ def _reduction(combiner, body, over, dtype, fast_math):
         acc = _numpy_sum_dtype(body.dtype)
     else:
         acc = body.dtype
-    return Reduce(combiner, body, over, acc, fast_math)
+    return Reduce(combiner, body, over, acc, fast_math, strict)
+
+
+def reduction_operands(name, body, over):
+    """(body as an expression, over as a tuple of indices the body uses), or raise with
+    a message that starts with the reduction's `name`."""
+    body = as_expr(body)
+    over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
+    if not over:
+        raise ValueError(f"{name}: over= needs at least one index")
+    for x in over:
+        if not isinstance(x, Index):
+            hint = ""
+            if name in ("max", "min"):
+                hint = (f"; tex.{name} reduces over indices (tex.{name}(x, over=j)): "
+                        f"for the elementwise {name}imum of two values use "
+                        f"tex.{name}imum(a, b)")
+            raise TypeError(f"{name}: over= takes tex.indices, not {x!r}{hint}")
+    used = expr_indices(body)
+    for x in over:
+        if x not in used:
+            raise ValueError(f"{name}: the body does not use index {x} named in over=")
+    return body, over
 
 
 def _numpy_sum_dtype(dt):
@@ -406,12 +391,22 @@ def prod(body, over, dtype=None, fast_math=True):
     return _reduction("prod", body, over, dtype, fast_math)
 
 
-def max(body, over, dtype=None, fast_math=True):  # noqa: A001
-    return _reduction("max", body, over, dtype, fast_math)
+def max(body, over, dtype=None, fast_math=True, initial=None):  # noqa: A001
+    """The maximum over `over`; an empty range is refused as numpy does, unless an
+    `initial` value is given (numpy's `initial=`: the result is at least it)."""
+    return _extreme("max", maximum, body, over, dtype, fast_math, initial)
 
 
-def min(body, over, dtype=None, fast_math=True):  # noqa: A001
-    return _reduction("min", body, over, dtype, fast_math)
+def min(body, over, dtype=None, fast_math=True, initial=None):  # noqa: A001
+    """The minimum over `over` (see `max`)."""
+    return _extreme("min", minimum, body, over, dtype, fast_math, initial)
+
+
+def _extreme(combiner, pairwise, body, over, dtype, fast_math, initial):
+    if initial is None:
+        return _reduction(combiner, body, over, dtype, fast_math)
+    red = _reduction(combiner, body, over, dtype, fast_math, strict=False)
+    return pairwise(red, initial)
 
 
 def argmax(body, over, dtype=None):
@@ -462,18 +457,23 @@ def free_indices(e):
     return expr_indices(e)
 
 
-def rebuild(e, fn):
-    """Rebuild a tree bottom-up: `fn(node, new_children)` returns the replacement node."""
-    kids = children(e)
-    new = tuple(rebuild(k, fn) for k in kids)
-    return fn(e, new)
+def rebuild(e, fn, memo=None):
+    """Rebuild a tree bottom-up: `fn(node, new_children)` returns the replacement node.
+    A subtree shared by several parents (softmax's `exp(x - max)`) is rebuilt once."""
+    memo = {} if memo is None else memo
+    if id(e) not in memo:
+        new = tuple(rebuild(k, fn, memo) for k in children(e))
+        memo[id(e)] = fn(e, new)
+    return memo[id(e)]
 
 
 def with_children(e, new):
     if isinstance(e, Op):
-        return e if all(a is b for a, b in zip(e.args, new)) else Op(e.name, new, e.dtype)
+        return e if all(a is b for a, b in zip(e.args, new)) else Op(e.name, new, e.dtype,
+                                                                      e.weak)
     if isinstance(e, Reduce):
-        return e if new[0] is e.body else Reduce(e.combiner, new[0], e.over, e.dtype, e.fast_math)
+        return e if new[0] is e.body else Reduce(e.combiner, new[0], e.over, e.dtype,
+                                                  e.fast_math, e.strict)
     return e
 
 
@@ -481,3 +481,58 @@ def check_rank(tensor, index):
     if len(index) != len(tensor.shape):
         raise ShapeError(f"tensor {tensor.name} has rank {len(tensor.shape)} "
                          f"but was indexed with {len(index)} indices")
+
+
+# ---------------------------------------------------------------- printing
+
+# Python's operator precedence, loosest first: how `repr` of an expression parenthesizes
+_INFIX = {"less": ("<", 1), "less_equal": ("<=", 1), "greater": (">", 1),
+          "greater_equal": (">=", 1), "equal": ("==", 1), "not_equal": ("!=", 1),
+          "bitwise_or": ("|", 2), "logical_or": ("|", 2), "bitwise_xor": ("^", 3),
+          "bitwise_and": ("&", 4), "logical_and": ("&", 4), "add": ("+", 5),
+          "subtract": ("-", 5), "multiply": ("*", 6), "true_divide": ("/", 6),
+          "floor_divide": ("//", 6), "remainder": ("%", 6), "power": ("**", 8)}
+_ATOM = 9
+
+
+def format_expr(e):
+    """An expression in the spelling a user would type (`A[i, k] * B[k, j]`,
+    `sum(X[i, j], over=j) / N`), indices by their own names."""
+    return _format(e)[0]
+
+
+def _format(e):
+    """(text, precedence) of an expression."""
+    if isinstance(e, Const):
+        v = e.value
+        return repr(v), (7 if isinstance(v, (int, float)) and v < 0 else _ATOM)
+    if isinstance(e, Access):
+        return f"{e.tensor.name}[{', '.join(map(format_size, e.index))}]", _ATOM
+    if isinstance(e, IndexValue):
+        prec = 5 if isinstance(e.expr, sp.Add) else 6 if isinstance(e.expr, sp.Mul) else _ATOM
+        return format_size(e.expr), prec
+    if isinstance(e, Reduce):
+        over = str(e.over[0]) if len(e.over) == 1 else f"({', '.join(map(str, e.over))})"
+        return f"{e.combiner}({format_expr(e.body)}, over={over})", _ATOM
+    if isinstance(e, Op):
+        args = [_format(a) for a in e.args]
+        if e.name in _INFIX and len(args) == 2:
+            sym, prec = _INFIX[e.name]
+            (lt, lp), (rt, rp) = args
+            right_assoc = e.name == "power"
+            if lp < prec or (right_assoc and lp == prec) or (prec == 1 and lp == 1):
+                lt = f"({lt})"
+            if rp < prec or (not right_assoc and rp == prec):
+                rt = f"({rt})"
+            return f"{lt} {sym} {rt}", prec
+        if e.name in ("negative", "invert", "logical_not"):
+            (t, p), = args
+            sym = {"negative": "-", "invert": "~", "logical_not": "~"}[e.name]
+            return f"{sym}{t if p >= 7 else f'({t})'}", 7
+        if e.name == "cast":
+            if _weak_kind(e.args[0]) is not None:     # an implicit promotion: N, 1.0
+                return args[0]
+            return f"{format_expr(e.args[0])}.astype({e.dtype.name})", _ATOM
+        name = {"absolute": "abs", "rint": "round"}.get(e.name, e.name)
+        return f"{name}({', '.join(t for t, _ in args)})", _ATOM
+    return repr(e), _ATOM

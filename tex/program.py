@@ -8,7 +8,8 @@ import networkx as nx
 import sympy as sp
 
 from .errors import ShapeError
-from .expr import Param
+from .html import box, code, pre
+from .expr import Index, IndexValue, Param, walk
 from .tensor import Definition, Tensor, access_checks
 
 
@@ -17,6 +18,7 @@ class Program:
 
     def __init__(self, outputs, params=()):
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
+        self._extra_params = tuple(params)
         for o in outputs:
             if not isinstance(o, Definition):
                 raise TypeError(f"{o!r} is not a tex.compute definition")
@@ -45,7 +47,13 @@ class Program:
         for t in self.graph.nodes:
             other = seen.setdefault(t.name, t)
             if other is not t:
-                raise ValueError(f"two different tensors are named {t.name!r} in one program")
+                kinds = sorted(f"{'a definition' if isinstance(x, Definition) else 'an input'}"
+                               f" {x.name}: {x.type_str}" for x in (t, other))
+                raise ValueError(
+                    f"two different tensors are named {t.name!r} in one program ({kinds[0]}; "
+                    f"{kinds[1]}): a tensor declared again with the same name, shape and "
+                    "dtype is the same tensor, but these differ; give one another name, or "
+                    "re-run the cells that use the old one")
 
     def _ordered_definitions(self):
         # stable topological order: ties broken by the order definitions were created
@@ -65,11 +73,13 @@ class Program:
     def _symbols(self, kind):
         syms = set()
         for t in list(self.inputs) + list(self.definitions):
-            for e in t.shape:
-                syms |= {s for s in e.free_symbols if isinstance(s, kind)}
+            exprs = list(t.shape)
             if isinstance(t, Definition):
-                for e in t.extents.values():
-                    syms |= {s for s in e.free_symbols if isinstance(s, kind)}
+                exprs += list(t.extents.values())
+                exprs += [n.expr for n in walk(t.expr) if isinstance(n, IndexValue)]
+            for e in exprs:
+                syms |= {s for s in e.free_symbols
+                         if isinstance(s, kind) and not isinstance(s, Index)}
         return syms
 
     def _sizes(self):
@@ -98,12 +108,25 @@ class Program:
                 return t
         raise KeyError(name)
 
+    def signature(self):
+        """`(A: float32[M, K], B: float32[K, N]) -> C: float32[M, N]`: the inputs in the
+        order a compiled function takes them positionally (first use), and the outputs."""
+        ins = ", ".join(f"{t.name}: {t.type_str}" for t in self.inputs)
+        outs = ", ".join(f"{o.name}: {o.type_str}" for o in self.outputs)
+        return f"({ins}) -> {outs}"
+
+    def __reduce__(self):
+        return (Program, (self.outputs, self._extra_params))
+
     def __repr__(self):
         lines = [f"inputs: {', '.join(repr(t) for t in self.inputs)}"]
         for d in self.definitions:
-            idx = ", ".join(map(str, d.indices))
-            lines.append(f"{d.name}[{idx}] = {d.expr!r}")
+            lines.append(d.notation)
         return "\n".join(lines)
+
+    def _repr_html_(self):
+        return box(f"program {code(self.signature())}",
+                   pre("\n".join(d.notation for d in self.definitions)))
 
 
 def as_program(outputs):

@@ -6,15 +6,26 @@ the intersection of their valid ranges (API.md section 2), unless the index has 
 explicit extent. Reductions nested inside a larger expression are lifted into
 definitions of their own, so every definition is either elementwise or one reduction
 at its root.
+
+Tensors and definitions are immutable, and identity is what programs go by. So that
+notebook cells can be re-run, `tex.tensor` returns the tensor already declared with
+the same name, shape and dtype (a different shape or dtype under the same name is
+another tensor, and a program refuses to hold both). Copies and unpickled copies are
+the objects they were made from: a definition carries a random `uid`, and one process
+holds one object per uid (in the process that made it, that is the original).
 """
 import itertools
+import secrets
+import weakref
 
 import sympy as sp
 
 from . import dtypes
 from .errors import ShapeError
-from .expr import (Access, Index, Reduce, affine_terms, as_expr, check_rank,
+from .expr import (Access, Index, Reduce, affine_terms, as_expr, as_size, check_rank, format_expr,
                    expr_indices, free_indices, index_symbols, rebuild, walk, with_children)
+from .html import box, code, escape, pre, table
+from .indices import format_size
 
 
 class Tensor:
@@ -48,19 +59,72 @@ class Tensor:
             norm.append(ix)
         return Access(self, norm)
 
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return (tensor, (self.name, self.shape, self.dtype.name))
+
+    @property
+    def type_str(self):
+        """`float32[M, K]`: the dtype and the shape, as displays show them."""
+        return f"{self.dtype.name}[{', '.join(map(format_size, self.shape))}]"
+
     def __repr__(self):
-        return f"{type(self).__name__}({self.name}, {self.shape}, {self.dtype.name})"
+        shape = "(" + "".join(f"{format_size(d)}, " for d in self.shape).rstrip(" ") + ")"
+        shape = shape.replace(",)", ")") if len(self.shape) > 1 else shape
+        return f"tex.tensor({self.name!r}, {shape}, {self.dtype.name!r})"
+
+    def _repr_html_(self):
+        return box(f"input tensor {escape(self.name)}", f"<div>{code(self.type_str)}</div>")
 
 
 class Definition(Tensor):
     """`name[indices] = expr`: a tensor computed by a loop nest. `expr` is elementwise or
     a single `Reduce` at the root (nested reductions were lifted into `reads`)."""
 
-    def __init__(self, name, out_indices, expr, extents):
+    _live = weakref.WeakValueDictionary()      # uid -> the one object of this process
+
+    def __init__(self, name, out_indices, expr, extents, uid=None):
         self.indices = tuple(out_indices)
         self.expr = expr
         self.extents = extents          # {Index: sympy extent} for every index used
         super().__init__(name, [extents[x] for x in self.indices], expr.dtype)
+        self.uid = uid or secrets.token_hex(8)
+        Definition._live[self.uid] = self
+
+    def __reduce__(self):
+        return (_definition, (self.uid, self.name, self.indices, self.expr, self.extents))
+
+    def __repr__(self):
+        return f"{self.notation}  # {self.type_str}"
+
+    @property
+    def notation(self):
+        """`C[i, j] = sum(A[i, k] * B[k, j], over=k)`: the definition in index notation."""
+        idx = ", ".join(map(str, self.indices)) if self.indices else "()"
+        return f"{self.name}[{idx}] = {format_expr(self.expr)}"
+
+    def _repr_html_(self):
+        return _definition_html(self)
+
+    def __call__(self, *args, **kwargs):
+        """`C(a, b)`: compile C with the default schedule (once: the compiled function
+        is kept while C lives) and call it; inputs in the order `repr(C.compiled)` and the
+        notebook display show (first use), or by name."""
+        return self.compiled(*args, **kwargs)
+
+    @property
+    def compiled(self):
+        """The compiled function `C(...)` calls: `tex.compile(C)`, made on first use."""
+        f = self.__dict__.get("_compiled")
+        if f is None:
+            import tex          # the compiler, through the public namespace
+            f = self._compiled = tex.compile(self)
+        return f
 
     @property
     def reduction(self):
@@ -75,9 +139,20 @@ class Definition(Tensor):
         return list(seen.values())
 
 
+_TENSORS = weakref.WeakValueDictionary()        # (name, shape, dtype) -> the input tensor
+
+
+def _definition(uid, name, indices, expr, extents):
+    """Unpickling: the definition with this uid if the process has it, else a new one."""
+    known = Definition._live.get(uid)
+    return known if known is not None else Definition(name, indices, expr, extents, uid)
+
+
 def tensor(name, shape, dtype="float32"):
-    """An input tensor: `A = tex.tensor("A", (M, K), "float32")`."""
-    return Tensor(name, shape, dtype)
+    """An input tensor: `A = tex.tensor("A", (M, K), "float32")`. Declaring it again with
+    the same name, shape and dtype (a re-run notebook cell) gives the same tensor."""
+    t = Tensor(name, shape, dtype)
+    return _TENSORS.setdefault((t.name, t.shape, t.dtype), t)
 
 
 def compute(name, out_indices, expr):
@@ -89,13 +164,12 @@ def compute(name, out_indices, expr):
     if len(set(out_indices)) != len(out_indices):
         raise ValueError(f"compute {name}: an output index appears twice")
     expr = as_expr(expr)
-    for node in walk(expr):
-        if isinstance(node, Reduce):
-            both = [x for x in node.over if x in out_indices]
-            if both:
-                raise ValueError(f"compute {name}: index {both[0].name} is an output index "
-                                 f"and is reduced ({node.combiner}(..., over={both[0].name})) "
-                                 "in the body; reduce over another index")
+    if isinstance(expr, Reduce):       # (a nested reduction may reuse one: it binds its own)
+        both = [x for x in expr.over if x in out_indices]
+        if both:
+            raise ValueError(f"compute {name}: index {both[0].name} is an output index and "
+                             f"is reduced ({expr.combiner}(..., over={both[0].name})) in the "
+                             "body; reduce over another index")
     missing = free_indices(expr) - set(out_indices)
     if missing:
         names = ", ".join(sorted(map(str, missing)))
@@ -130,14 +204,14 @@ def _lift_nested_reductions(name, out_indices, expr):
 
 def _as_extent(d, where):
     try:
-        d = sp.sympify(d)
+        e = sp.sympify(d)
     except (sp.SympifyError, TypeError):
         raise TypeError(f"{where}: extent {d!r} is not an integer or size expression") from None
-    if index_symbols(d):
-        raise ValueError(f"{where}: extent {d} uses a loop index")
-    if d.is_number and (not d.is_Integer or d < 0):
-        raise ShapeError(f"{where}: extent {d} is not a non-negative integer")
-    return d
+    if index_symbols(e):
+        raise ValueError(f"{where}: extent {e} uses a loop index")
+    if e.is_number and (not e.is_Integer or e < 0):
+        raise ShapeError(f"{where}: extent {e} is not a non-negative integer")
+    return as_size(e, f"{where}, extent")
 
 
 def access_bound(coeff, offset, dim):
@@ -147,34 +221,63 @@ def access_bound(coeff, offset, dim):
 
 def infer_extents(name, out_indices, expr):
     """{Index: extent} for every index of the definition (output and reduced)."""
-    candidates = {}
+    order = list(out_indices) + sorted(expr_indices(expr) - set(out_indices),
+                                       key=lambda s: s.dummy_index)
+    return index_extents(f"compute {name}", expr, order)
+
+
+def index_extents(where, expr, wanted):
+    """{Index: extent} for the indices `wanted` of `expr`.
+
+    An index with an explicit extent keeps it. Otherwise its extent is the intersection
+    of the valid ranges of the accesses it appears in alone (`x[t]`, `C[i, j + H]`). An
+    index that never appears alone takes its range from the accesses where every other
+    index already has one (`x[t + r]` with r in [0, R) over T elements: t in
+    [0, T - R + 1)), repeatedly, until nothing more is learned."""
+    single, multi = {}, []
     for node in walk(expr):
         if not isinstance(node, Access):
             continue
         for axis, ix in enumerate(node.index):
-            coeffs, offset = affine_terms(ix, f"tensor {node.tensor.name}, dimension {axis}")
+            where_ix = f"{where}: tensor {node.tensor.name}, dimension {axis}"
+            coeffs, offset = affine_terms(ix, where_ix)
             if offset.is_number and offset < 0:
-                raise ShapeError(f"compute {name}: tensor {node.tensor.name}, dimension {axis}: "
-                                 f"index {ix} is negative at the start of its range")
+                raise ShapeError(f"{where_ix}: index {ix} is negative at the start of its range")
+            if any(c <= 0 for c in coeffs.values()):
+                if len(coeffs) == 1:
+                    raise ShapeError(f"{where_ix}: index {ix} must increase with "
+                                     f"{next(iter(coeffs))}")
+                continue                # a difference of indices: checked at call time
             if len(coeffs) == 1:
                 (x, c), = coeffs.items()
-                if c <= 0:
-                    raise ShapeError(f"compute {name}: tensor {node.tensor.name}, dimension "
-                                     f"{axis}: index {ix} must increase with {x}")
-                bound = access_bound(c, offset, node.tensor.shape[axis])
-                candidates.setdefault(x, []).append(bound)
-    extents = {}
-    for x in list(out_indices) + sorted(expr_indices(expr) - set(out_indices),
-                                        key=lambda s: s.dummy_index):
-        if x.extent is not None:
-            extents[x] = x.extent
-        elif x in candidates:
-            uniq = list(dict.fromkeys(candidates[x]))
-            extents[x] = uniq[0] if len(uniq) == 1 else sp.Min(*uniq)
-        else:
-            raise ShapeError(f"compute {name}: cannot infer the extent of index {x}; it is "
-                             f"never used alone in an access; give tex.indices('{x}', extent=...)")
-    return extents
+                single.setdefault(x, []).append(access_bound(c, offset, node.tensor.shape[axis]))
+            elif coeffs:
+                multi.append((coeffs, offset, node.tensor.shape[axis]))
+    known = {x: x.extent for x in expr_indices(expr) if x.extent is not None}
+    known.update({x: _intersect(b) for x, b in single.items() if x not in known})
+    while True:
+        learned = {}
+        for coeffs, offset, dim in multi:
+            open_ = [x for x in coeffs if x not in known]
+            if len(open_) != 1:
+                continue
+            x, = open_
+            rest = offset + sum(c * (known[y] - 1) for y, c in coeffs.items() if y is not x)
+            learned.setdefault(x, []).append(access_bound(coeffs[x], rest, dim))
+        if not learned:
+            break
+        known.update({x: _intersect(b) for x, b in learned.items()})
+    for x in wanted:
+        if x not in known:
+            raise ShapeError(f"{where}: cannot infer the extent of index {x}: it is never "
+                             "used alone in an access, nor in a sum of indices whose other "
+                             f"extents are known; give tex.indices('{x}', extent=...)")
+    return {x: known[x] for x in wanted}
+
+
+def _intersect(bounds):
+    uniq = list(dict.fromkeys(bounds))
+    return uniq[0] if len(uniq) == 1 else sp.Min(*uniq)
 
 
 def access_checks(defn):
@@ -194,5 +297,32 @@ def access_checks(defn):
                 if ext == bound or (isinstance(ext, sp.Min) and bound in ext.args):
                     continue
             largest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items())
+            gap = sp.expand(dim - largest)
+            if gap.is_number and gap > 0:
+                continue                # inside by construction (an inferred valid range)
             checks.append((node.tensor, axis, largest, dim, tuple(defn.extents[x] for x in coeffs)))
     return checks
+
+
+def _definition_html(d):
+    import tex          # the Program (above this module) through the public namespace
+    try:
+        prog = tex.Program(d)
+    except ValueError as err:           # a program tex refuses: say why, show the rest
+        return box(f"definition {escape(d.name)}: {code(d.type_str)}", pre(d.notation),
+                   _extents_table(d), f"<div><b>cannot be compiled:</b> {escape(str(err))}"
+                                      "</div>")
+    lines = [x.notation for x in prog.definitions]
+    args = ", ".join(t.name for t in prog.inputs)
+    return box(f"definition {escape(d.name)}: {code(d.type_str)}",
+               pre("\n".join(lines)),
+               _extents_table(d),
+               f"<div>call: {code(f'{d.name}({args})')} (compiled on the first call; "
+               f"inputs in order of first use, or by name: {code(prog.signature())})</div>")
+
+
+def _extents_table(d):
+    own = [x for x in d.extents]
+    return table(["index", "extent", "role"],
+                 [(str(x), format_size(d.extents[x]),
+                   "output" if x in d.indices else "reduced") for x in own])

@@ -9,7 +9,7 @@ gives 0 (never a SIGFPE), INT_MIN // -1 wraps, float -> int casts saturate.
 import numpy as np
 from llvmlite import ir
 
-from .irtypes import FAST, I1, I64, const, type_suffix, value_type
+from .irtypes import FAST, I1, I32, I64, const, type_suffix, value_type
 
 
 def _kind(dt):
@@ -151,15 +151,61 @@ def _unary_float(intrinsic):
     return emit
 
 
-def _erf(cg, e, a):
-    """libm's erf/erff (half goes through float)."""
-    b, dt = cg.b, e.dtype
-    if dt == np.float16:
+def _libm(name):
+    """libm's `name` (float: `namef`) for a function with no LLVM intrinsic; half goes
+    through float, and a vector is computed lane by lane."""
+    def emit(cg, e, a):
+        b, dt = cg.b, e.dtype
+        if isinstance(a.type, ir.VectorType):
+            out = ir.Constant(a.type, None)
+            for k in range(a.type.count):
+                lane = ir.Constant(I32, k)
+                out = b.insert_element(out, emit(cg, e, b.extract_element(a, lane)), lane)
+            return out
         f32 = ir.FloatType()
-        r = b.call(cg._extern("erff", f32, [f32]), [b.fpext(a, f32)])
-        return b.fptrunc(r, value_type(dt))
-    name, ty = ("erff", ir.FloatType()) if dt == np.float32 else ("erf", ir.DoubleType())
-    return b.call(cg._extern(name, ty, [ty]), [a])
+        if dt == np.float16:
+            r = b.call(cg._extern(name + "f", f32, [f32]), [b.fpext(a, f32)])
+            return b.fptrunc(r, value_type(dt))
+        ty = f32 if dt == np.float32 else ir.DoubleType()
+        return b.call(cg._extern(name + "f" if dt == np.float32 else name, ty, [ty]), [a])
+    return emit
+
+
+def _float_or_identity(intrinsic):
+    """floor, ceil: an intrinsic on floats; integers and bools are their own value."""
+    def emit(cg, e, a):
+        if _kind(e.args[0].dtype) != "float":
+            return a
+        return cg.b.call(cg.intrinsic(intrinsic, e.dtype, 1), [a])
+    return emit
+
+
+def _sign(cg, e, a):
+    """numpy's sign: -1, 0 or 1; NaN stays NaN and -0.0 gives 0.0."""
+    b, kind, ty = cg.b, _kind(e.dtype), a.type
+    if kind == "float":
+        zero = ir.Constant(ty, 0.0)
+        is_zero = b.select(b.fcmp_ordered("==", a, zero), zero, a)       # NaN stays
+        neg = b.select(b.fcmp_ordered("<", a, zero), ir.Constant(ty, -1.0), is_zero)
+        return b.select(b.fcmp_ordered(">", a, zero), ir.Constant(ty, 1.0), neg)
+    zero = ir.Constant(ty, 0)
+    if kind == "uint":
+        return b.select(b.icmp_unsigned("!=", a, zero), ir.Constant(ty, 1), zero)
+    neg = b.select(b.icmp_signed("<", a, zero), ir.Constant(ty, -1), zero)
+    return b.select(b.icmp_signed(">", a, zero), ir.Constant(ty, 1), neg)
+
+
+def _isnan(cg, e, a):
+    if _kind(e.args[0].dtype) == "float":
+        return cg.b.fcmp_unordered("uno", a, a)
+    return cg.b.icmp_unsigned("!=", a, a)          # false, as a value of a's shape
+
+
+def _isfinite(cg, e, a):
+    if _kind(e.args[0].dtype) == "float":
+        fabs = cg.b.call(cg.intrinsic("fabs", e.args[0].dtype, 1), [a])
+        return cg.b.fcmp_ordered("<", fabs, ir.Constant(a.type, float("inf")))
+    return cg.b.icmp_unsigned("==", a, a)          # true
 
 
 def _negative(cg, e, a):
@@ -276,7 +322,17 @@ OPS = {
     "log": _unary_float("log"),
     "sqrt": _unary_float("sqrt"),
     "tanh": _unary_float("tanh"),
-    "erf": _erf,
+    "sin": _unary_float("sin"),
+    "cos": _unary_float("cos"),
+    "rint": _unary_float("rint"),
+    "floor": _float_or_identity("floor"),
+    "ceil": _float_or_identity("ceil"),
+    "sign": _sign,
+    "isnan": _isnan,
+    "isfinite": _isfinite,
+    "log1p": _libm("log1p"),
+    "expm1": _libm("expm1"),
+    "erf": _libm("erf"),
     "cast": _cast,
     "where": lambda cg, e, c, a, b: cg.b.select(c, a, b),
 }

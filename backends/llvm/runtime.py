@@ -14,7 +14,9 @@ import ctypes
 import operator
 import os
 import re
+import secrets
 import warnings
+import weakref
 
 import numpy as np
 import sympy as sp
@@ -27,6 +29,7 @@ from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
 from . import codegen, irtypes, jit, threads
+from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
 from .threads import MAX_WORKERS
 
@@ -83,13 +86,21 @@ def get_num_threads():
     return _NUM_THREADS[0]
 
 
-def compile(target, fast_math=True, name=None, bounds_check=None):
+def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"):
     """Compile a schedule, a definition, a tuple of definitions or a Program.
 
     `bounds_check=True` (or TEX_BOUNDS_CHECK=1 in the environment) checks every load
     and store of the generated code, which then runs one element at a time: an index
     outside its dimension raises IndexError naming the tensor, the index and the loops
-    (for debugging a schedule; a correct kernel never trips it)."""
+    (for debugging a schedule; a correct kernel never trips it).
+
+    `casting` is numpy's rule for an input array whose dtype differs from its tensor's
+    ("safe": only conversions that keep every value; "same_kind" also rounds float64 to
+    float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
+    in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule."""
+    if casting not in _CASTINGS:
+        raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
+                         f"not {casting!r}")
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
         sched = default_schedule(as_program(target), fast_math)
@@ -99,10 +110,15 @@ def compile(target, fast_math=True, name=None, bounds_check=None):
         sched = target
     if bounds_check is None:
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
-    return compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check))
+    f = compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check),
+                       casting)
+    f._rebuild = (sched.program, sched.fast_math, tuple(sched.history), fast_math, name,
+                  bool(bounds_check), casting)
+    return f
 
 
-def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False):
+def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False,
+                   casting="safe"):
     """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
@@ -116,9 +132,28 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     threads.runtime()       # the pool and interrupt flag every kernel links against
     address, engine = jit.load(text, symbol, make_ir)
     compiled = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    compiled.casting = compiled._sig.casting = casting
     if bounds_check:
         compiled._sig.bounds = (fast_math, engine.get_global_value_address(f"{symbol}.bounds"))
     return compiled
+
+
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+_LIVE = weakref.WeakValueDictionary()       # pickle token -> the function it stands for
+
+
+def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_check,
+             casting):
+    """Unpickling a compiled function: replay its schedule and compile it (the kernel
+    comes from the disk cache when it holds it), once per process and token."""
+    f = _LIVE.get(token)
+    if f is None:
+        from ...scheduler.schedule import Schedule
+        sched = Schedule(program, sched_fast_math).replay(history)
+        f = compile(sched, fast_math, name, bounds_check, casting)
+        f._token = token
+        _LIVE[token] = f
+    return f
 
 
 class Signature:
@@ -137,6 +172,7 @@ class Signature:
         self.cfunc = proto(address)
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
         self.bounds = None       # bounds_check kernels: (fast_math, address of the record)
+        self.casting = "safe"    # numpy's casting rule for inputs of another dtype
 
 
 class CompiledFunction:
@@ -197,8 +233,21 @@ class CompiledFunction:
         return out
 
     def __repr__(self):
-        return (f"<tex compiled {self.symbol}({', '.join(self.input_names)}) -> "
-                f"{', '.join(o.name for o in self.program.outputs)}>")
+        sig = self.program.signature()
+        if self.param_names:
+            sig = sig.replace(") -> ", f", *, {', '.join(self.param_names)}) -> ", 1)
+        return f"<tex compiled {self.symbol}{sig}>"
+
+    def _repr_html_(self):
+        return compiled_html(self)
+
+    def __reduce__(self):
+        """Pickles as its program, schedule history and flags; rebuilt where unpickled."""
+        token = getattr(self, "_token", None)
+        if token is None:
+            token = self._token = secrets.token_hex(8)
+            _LIVE[token] = self
+        return (_rebuilt, (token, *self._rebuild))
 
 
 # ---------------------------------------------------------------- the generated call path
@@ -340,14 +389,32 @@ def _make_caller(sig):
     return call
 
 
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2}
+
+
 def _coerce(sig, pos, a):
-    """Slow path: convert an argument to an array of the declared dtype, or refuse."""
+    """Slow path: convert an argument to an array of the declared dtype, or refuse.
+    Python scalars and (nested) lists of them are weak (NEP 50): converted to the
+    tensor's dtype when their kind fits it (bool < int < float), as numpy does with
+    `np.asarray(a, dtype)` (an int out of range raises OverflowError)."""
     t = sig.program.inputs[pos]
     arr = np.asarray(a)
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
-    if not np.can_cast(arr.dtype, t.dtype, "safe"):
-        raise TypeError(f"tensor {t.name}: cannot cast {arr.dtype} to {t.dtype} safely")
+    if not isinstance(a, (np.ndarray, np.generic)) and arr.dtype.kind in _KIND_RANK \
+            and t.dtype.kind in _KIND_RANK \
+            and (arr.size == 0 or _KIND_RANK[arr.dtype.kind] <= _KIND_RANK[t.dtype.kind]):
+        return np.asarray(a, dtype=t.dtype)
+    casting = sig.casting
+    if not np.can_cast(arr.dtype, t.dtype, casting):
+        fix = f"convert it with a.astype(np.{t.dtype.name})"
+        if casting in ("no", "equiv", "safe") and np.can_cast(arr.dtype, t.dtype, "same_kind"):
+            fix += ", or compile with tex.compile(..., casting='same_kind') to round it"
+        elif arr.dtype.kind in _KIND_RANK and t.dtype.kind in _KIND_RANK:
+            fix += ", or compile with tex.compile(..., casting='unsafe') to convert " \
+                   "whatever comes"
+        raise TypeError(f"tensor {t.name}: got {arr.dtype} data, which numpy does not cast "
+                        f"to {t.dtype} with casting={casting!r}; {fix}")
     return arr.astype(t.dtype)
 
 
@@ -373,7 +440,7 @@ def _identityless_reductions(program):
     out = []
     for d in program.definitions:
         red = d.reduction
-        if red is None or red.combiner not in _NO_IDENTITY:
+        if red is None or red.combiner not in _NO_IDENTITY or not red.strict:
             continue
         over = ", ".join(f"{x.name} (extent {d.extents[x]})" for x in red.over)
         message = (f"zero-size array to reduction operation {_NO_IDENTITY[red.combiner]} "

@@ -107,14 +107,11 @@ from llvmlite import ir
 from tex.expr import Access, IndexValue, Op
 
 from ...scheduler.ir import Guard, Scope, Store
-from ...scheduler.stage import identity
-from ...scheduler.vector_plan import (access_key, affine_coefficient, dot_width, itemsize,
-                                      local_flat)
-from .irtypes import (I1, I8, I32, I64, PTR, const, memory_type, self_referential, type_suffix,
-                      value_type)
+from ...scheduler.vector_plan import access_key, affine_coefficient, itemsize, local_flat
+from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better
+from .vector_reduce import AccumulatorMixin
 
-INT64_MAX = (1 << 63) - 1
 GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)
 
 
@@ -132,7 +129,7 @@ def emit_vector_loop(cg, loop, start, end):
     VectorLoop(cg, loop, loop.plan).emit(start, end)
 
 
-class VectorLoop:
+class VectorLoop(AccumulatorMixin):
     """Emits one planned vector loop through the Codegen `cg` (its builder, env, memory)."""
 
     def __init__(self, cg, loop, plan):
@@ -372,193 +369,6 @@ class VectorLoop:
         self._write(s.buffer, s.index, b.select(better, x, acc), mask)
         self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
 
-    # ------------------------------------------------------------ VNNI
-    def _dot(self, info, mask):
-        """<W/4 x i32>: the sums of each four consecutive lanes of int32(x) (or of
-        int32(x) * int32(y)) over the W byte lanes (masked-off lanes count 0), by
-        vpdpbusd, which multiplies unsigned bytes by signed ones and adds each four
-        products into an int32 lane -- exactly (at most 4 * 255 * 128 in magnitude; the
-        non-saturating form). Signed x signed runs as (x ^ 0x80) * y - 128 * y, unsigned
-        x unsigned as x * (y ^ 0x80) + 2 * (x * 64), each a dot of its own."""
-        cg = self.cg
-        b = cg.b
-        bits = dot_width(self.w, self.plan.vnni_widths, self.plan.bits)
-        nb, lanes = bits // 8, bits // 32
-        vty = ir.VectorType(I32, lanes)
-        fn = cg._extern(f"llvm.x86.avx512.vpdpbusd.{bits}", vty, [vty, vty, vty])
-        bty = ir.VectorType(I8, self.w)
-
-        def byte_vector(e):
-            v = self.value(e, mask)
-            if mask is not None:
-                v = b.select(mask, v, ir.Constant(bty, [ir.Constant(I8, 0)] * self.w))
-            return v
-
-        def splat8(k):
-            return ir.Constant(bty, [ir.Constant(I8, k)] * self.w)
-        x = byte_vector(info.x)
-        sx = np.dtype(info.x.dtype).kind == "i"
-        if info.y is None:
-            terms = [(1, splat8(1), x) if sx else (1, x, splat8(1))]
-        else:
-            y = byte_vector(info.y)
-            sy = np.dtype(info.y.dtype).kind == "i"
-            if sx and not sy:
-                terms = [(1, y, x)]
-            elif sy and not sx:
-                terms = [(1, x, y)]
-            elif sx:                                   # signed x signed
-                terms = [(1, b.xor(x, splat8(0x80)), y), (-1, splat8(0x80), y)]
-            else:                                      # unsigned x unsigned
-                terms = [(1, x, b.xor(y, splat8(0x80))), (2, x, splat8(64))]
-        zero = ir.Constant(vty, [ir.Constant(I32, 0)] * lanes)
-        total = None
-        for scale, u8, s8 in terms:
-            parts = []
-            for off in range(0, self.w, nb):
-                pick = [ir.Constant(I32, off + k) for k in range(nb)]
-                pieces = [v if nb == self.w else
-                          b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, nb), pick))
-                          for v in (u8, s8)]
-                # the accumulator is added after the dot, not passed to it: the dots do
-                # not wait for each other (a chain of adds of latency 1, not of dots)
-                parts.append(b.call(fn, [zero] + [b.bitcast(p, vty) for p in pieces]))
-            while len(parts) > 1:            # concatenate pairwise (a power of two of them)
-                n = parts[0].type.count
-                idx = ir.Constant(ir.VectorType(I32, 2 * n), [ir.Constant(I32, k)
-                                                              for k in range(2 * n)])
-                parts = [b.shuffle_vector(parts[k], parts[k + 1], idx)
-                         for k in range(0, len(parts), 2)]
-            d = parts[0]
-            if scale != 1:
-                d = b.mul(d, ir.Constant(d.type, [ir.Constant(I32, scale)] * d.type.count))
-            total = d if total is None else b.add(total, d)
-        return total
-
-    # ------------------------------------------------------------ reductions along the loop
-    def _acc_type(self, u):
-        """The vector accumulator of reduction u: W lanes, W/4 for a VNNI dot."""
-        lanes = self.w // 4 if id(u) in self.plan.vnni else self.w
-        return ir.VectorType(value_type(u.buffer.dtype), lanes)
-
-    def _init_accumulator(self, u):
-        cg = self.cg
-        dt = u.buffer.dtype
-        vty = self._acc_type(u)
-        slot = cg.eb.alloca(vty, name=f"{u.buffer.name}.vec")
-        cg.b.store(ir.Constant(vty, [self._identity(u.combiner, dt)] * vty.count), slot)
-        pos_slot = None
-        if u.arg is not None:
-            pos_slot = cg.eb.alloca(self.vtype(I64), name=f"{u.arg.buffer.name}.vec")
-            cg.b.store(self.splat(ir.Constant(I64, INT64_MAX)), pos_slot)
-        self.accs[id(u)] = (slot, pos_slot)
-
-    @staticmethod
-    def _identity(combiner, dt):
-        base = {"argmax": "max", "argmin": "min"}.get(combiner, combiner)
-        return const(dt, identity(base, dt).value)
-
-    def _accumulate(self, u, mask):
-        cg = self.cg
-        b, dt = cg.b, u.buffer.dtype
-        slot, pos_slot = self.accs[id(u)]
-        acc = b.load(slot, typ=self._acc_type(u))
-        if id(u) in self.plan.vnni:
-            b.store(b.add(acc, self._dot(self.plan.vnni[id(u)], mask)), slot)
-            return
-        x = self.reduced_value(u, mask)
-        if u.arg is None:
-            new = COMBINE[u.combiner](self.ops(), dt, acc, x, u.fast_math)
-            b.store(new if mask is None else b.select(mask, new, acc), slot)
-            return
-        acc_pos = b.load(pos_slot, typ=self.vtype(I64))
-        pos = self.value(u.arg.position, mask)
-        increasing = id(u) in self.plan.increasing and self.phase != "rest"
-        if increasing and self.phase == "first":
-            better = ir.Constant(self.vtype(I1), 1)
-        elif increasing:
-            better = _increasing_better(self.ops(), dt, u.combiner, x, acc)
-        else:
-            better = _better(self.ops(), dt, u.combiner, x, acc, pos, acc_pos)
-        if mask is not None:
-            better = b.and_(better, mask)
-        b.store(b.select(better, x, acc), slot)
-        b.store(b.select(better, pos, acc_pos), pos_slot)
-
-    def _finish_accumulator(self, u):
-        """One horizontal step, combined into the scalar target (under the guards that
-        do not move with the loop, as the scalar loop would)."""
-        cg = self.cg
-        b = cg.b
-        cond = ir.Constant(I1, 1)
-        for g in self.plan.guards_of[id(u)]:
-            cond = b.and_(cond, cg.condition(g))
-        with b.if_then(cond):
-            self._horizontal(u)
-
-    def _horizontal(self, u):
-        cg = self.cg
-        b, dt = cg.b, u.buffer.dtype
-        slot, pos_slot = self.accs[id(u)]
-        vec = b.load(slot, typ=self._acc_type(u))
-        ptr = cg.address(u.buffer, u.index)
-        acc = cg._load(ptr, dt)
-        if u.arg is None:
-            r = _reduce_intrinsic(cg, u.combiner, dt, vec, u.fast_math)
-            cg._store(ptr, COMBINE[u.combiner](cg.ops(), dt, acc, r, u.fast_math), dt)
-            return
-        pos = b.load(pos_slot, typ=self.vtype(I64))
-        vec, pos = self._halve(u, vec, pos, 1)
-        zero = ir.Constant(I32, 0)
-        x, p = b.extract_element(vec, zero), b.extract_element(pos, zero)
-        pos_ptr = cg.address(u.arg.buffer, u.arg.index)
-        acc_pos = cg._load(pos_ptr, np.int64)
-        better = _better(cg.ops(), dt, u.combiner, x, acc, p, acc_pos)
-        cg._store(ptr, b.select(better, x, acc), dt)
-        cg._store(pos_ptr, b.select(better, p, acc_pos), np.int64)
-
-    def _halve(self, u, vec, pos, lanes):
-        """Combine the upper half of the lanes into the lower half until `lanes` remain
-        (argmax/argmin: by the tie rule, so the order of the lanes does not matter)."""
-        cg = self.cg
-        b, dt = cg.b, u.buffer.dtype
-        n = vec.type.count
-        while n > lanes:
-            half = n // 2
-            lo = ir.Constant(ir.VectorType(I32, half), [ir.Constant(I32, k) for k in range(half)])
-            hi = ir.Constant(ir.VectorType(I32, half),
-                             [ir.Constant(I32, k + half) for k in range(half)])
-            v_lo, v_hi = b.shuffle_vector(vec, vec, lo), b.shuffle_vector(vec, vec, hi)
-            if pos is None:
-                vec = COMBINE[u.combiner](self.ops(half), dt, v_lo, v_hi, u.fast_math)
-            else:
-                p_lo, p_hi = b.shuffle_vector(pos, pos, lo), b.shuffle_vector(pos, pos, hi)
-                better = _better(self.ops(half), dt, u.combiner, v_hi, v_lo, p_hi, p_lo)
-                vec, pos = b.select(better, v_hi, v_lo), b.select(better, p_hi, p_lo)
-            n = half
-        return vec, pos
-
-    def _narrow_accumulators(self, lanes):
-        """From the U*W lanes of the main loop to W lanes (new slots of W lanes)."""
-        b = self.cg.b
-        wide = {}
-        for u in self.plan.reductions:
-            slot, pos_slot = self.accs[id(u)]
-            vec = b.load(slot, typ=self._acc_type(u))
-            pos = None if pos_slot is None else b.load(pos_slot, typ=self.vtype(I64))
-            wide[id(u)] = self._halve(u, vec, pos, lanes // 4 if id(u) in self.plan.vnni
-                                      else lanes)
-        self.set_width(lanes)
-        for u in self.plan.reductions:
-            vec, pos = wide[id(u)]
-            slot = self.cg.eb.alloca(vec.type, name=f"{u.buffer.name}.vec")
-            b.store(vec, slot)
-            pos_slot = None
-            if pos is not None:
-                pos_slot = self.cg.eb.alloca(pos.type, name=f"{u.arg.buffer.name}.vec")
-                b.store(pos, pos_slot)
-            self.accs[id(u)] = (slot, pos_slot)
-
     # ------------------------------------------------------------ values
     def reduced_value(self, update, mask):
         """An Update's value; with fast_math its float products may fuse into FMAs with
@@ -695,66 +505,3 @@ def vector_pointer(b, ptr, vty):
     if getattr(ptr.type, "is_opaque", True):
         return ptr
     return b.bitcast(ptr, ir.PointerType(vty))
-
-
-def _increasing_better(cg, dt, combiner, x, acc):
-    """ops._better when x's position is known to come after acc's (a lane of the main
-    loop, filled by the first vector): never a tie win, and a NaN wins only over a number.
-    For floats `x >u acc` (greater or unordered) and `acc` ordered say exactly that."""
-    b, kind = cg.b, np.dtype(dt).kind
-    op = ">" if combiner == "argmax" else "<"
-    if kind == "f":
-        return b.and_(b.fcmp_unordered(op, x, acc), b.fcmp_ordered("ord", acc, acc))
-    return b.icmp_signed(op, x, acc) if kind == "i" else b.icmp_unsigned(op, x, acc)
-
-
-def _reduce_intrinsic(cg, combiner, dt, vec, fast):
-    """llvm.vector.reduce.* of a vector accumulator to a scalar."""
-    dt = np.dtype(dt)
-    ty = value_type(dt)
-    suffix = type_suffix(vec.type)
-    if dt.kind == "f":
-        if combiner in ("sum", "prod"):
-            name = "fadd" if combiner == "sum" else "fmul"
-            start = ir.Constant(ty, -0.0 if combiner == "sum" else 1.0)
-            fn = cg._extern(f"llvm.vector.reduce.{name}.{suffix}", ty, [ty, vec.type])
-            return cg.b.call(fn, [start, vec], fastmath=("reassoc",) if fast else ())
-        if dt.itemsize in (4, 8):
-            return _float_extreme(cg, combiner, dt, vec)
-        name = "fmaximum" if combiner == "max" else "fminimum"
-    elif dt.kind == "b":
-        name = "or" if combiner in ("sum", "max") else "and"
-    else:
-        sign = "s" if dt.kind == "i" else "u"
-        name = {"sum": "add", "prod": "mul", "max": sign + "max", "min": sign + "min"}[combiner]
-    fn = cg._extern(f"llvm.vector.reduce.{name}.{suffix}", ty, [vec.type])
-    return cg.b.call(fn, [vec])
-
-
-def _float_extreme(cg, combiner, dt, vec):
-    """llvm.vector.reduce.fmaximum/fminimum (NaN if any lane is NaN, -0 < +0) by integer
-    keys: a float's bits with the magnitude bits flipped when it is negative order as
-    signed integers as the floats do, with -0 below +0; one smax/smin tree of single
-    instructions, then the NaN test -- where LLVM's x86 lowering of fmaximum does a
-    NaN- and sign-aware blend at each of the log2 W steps."""
-    b = cg.b
-    ty = value_type(dt)
-    n = vec.type.count
-    ity = ir.IntType(8 * dt.itemsize)
-    vty = ir.VectorType(ity, n)
-    bits = b.bitcast(vec, vty)
-
-    def flip(v, t):
-        sign = b.ashr(v, ir.Constant(t, [ir.Constant(ity, 8 * dt.itemsize - 1)] * n)
-                      if isinstance(t, ir.VectorType) else ir.Constant(ity, 8 * dt.itemsize - 1))
-        low = (1 << (8 * dt.itemsize - 1)) - 1
-        mag = ir.Constant(t, [ir.Constant(ity, low)] * n) if isinstance(t, ir.VectorType) \
-            else ir.Constant(ity, low)
-        return b.xor(v, b.and_(sign, mag))
-    key = flip(bits, vty)
-    op = "smax" if combiner == "max" else "smin"
-    fn = cg._extern(f"llvm.vector.reduce.{op}.{type_suffix(vty)}", ity, [vty])
-    r = b.bitcast(flip(b.call(fn, [key]), ity), ty)
-    any_nan = cg._extern(f"llvm.vector.reduce.or.v{n}i1", I1, [ir.VectorType(I1, n)])
-    nan = b.call(any_nan, [b.fcmp_unordered("uno", vec, vec)])
-    return b.select(nan, ir.Constant(ty, float("nan")), r)

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import Access, Const, IndexValue, Op, Reduce, affine_terms
 from tex.program import as_program
@@ -153,20 +154,17 @@ OPS.update({
 def _reduce(red, value, axes):
     comb, acc = red.combiner, red.dtype
     kept = [s for a, s in enumerate(value.shape) if a not in axes]
-    if comb in ("max", "min", "argmax", "argmin") and 0 in [value.shape[a] for a in axes]:
-        if not red.strict:        # the identity (tex.max(..., initial=), library maxima)
-            if comb in ("argmax", "argmin"):
-                return np.zeros(kept, np.int64)
-            info = np.finfo(acc) if acc.kind == "f" else None
-            big = comb == "min"
-            fill = (np.inf if big else -np.inf) if info is not None else \
-                (big if acc.kind == "b" else np.iinfo(acc).max if big else np.iinfo(acc).min)
-            return np.full(kept, fill, acc)
-        if 0 not in kept:
-            raise ValueError(f"zero-size array to reduction operation {comb} which has no "
-                             "identity")
-        return np.zeros(kept, np.int64 if comb in ("argmax", "argmin") else acc)
-    if comb in ("argmax", "argmin"):
+    combiner = COMBINERS[comb]
+    if not combiner.has_identity and 0 in [value.shape[a] for a in axes]:
+        if combiner.positional:
+            fill, dtype = 0, np.int64
+        else:
+            fill, dtype = combiner.identity(acc), acc
+        if red.strict and 0 not in kept:        # numpy refuses (tex.max(initial=) does not)
+            raise ValueError(f"zero-size array to reduction operation {combiner.numpy} "
+                             "which has no identity")
+        return np.full(kept, fill, dtype)
+    if combiner.positional:
         keep = [ax for ax in range(value.ndim) if ax not in axes]
         moved = np.moveaxis(value, axes, range(value.ndim - len(axes), value.ndim))
         # the reduced length explicitly: reshape cannot infer -1 when a kept axis is 0

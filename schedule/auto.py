@@ -20,6 +20,7 @@ correctly, only slower):
 """
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import Access, AutoParts, affine_terms, walk as walk_expr
 
@@ -86,7 +87,7 @@ def _auto_blocked(stage):
     if roles is None:
         return False
     red = d.reduction
-    if red.dtype.kind == "f" and not stage.state.fast_math:
+    if not COMBINERS[red.combiner].may_reassociate(red.dtype, stage.state.fast_math):
         return False
     blocking = default_blocking(red.dtype, operand_bytes(roles))
     rows, cols = d.extents[roles.i], d.extents[roles.j]
@@ -153,7 +154,7 @@ def _auto_vectorize(stage):
     sums, products and elementwise loops LLVM's vectorizer matches or beats the
     explicit code, so those loops are left to it."""
     red = stage.definition.reduction
-    if red is None or red.combiner not in ("argmax", "argmin"):
+    if red is None or not COMBINERS[red.combiner].positional:
         return
     innermost = stage.loops[-1]
     if innermost.is_reduction:

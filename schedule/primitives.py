@@ -7,14 +7,13 @@ from dataclasses import replace
 
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import CeilDiv, Index, Param
 
 from .ir import LoopKind
 from .stage import Axis
 
-# combiners whose partial results may be combined in any order without changing a bit
-_EXACT_ANY_ORDER = {"max", "min", "argmax", "argmin"}
 
 
 class Tail(enum.Enum):
@@ -124,15 +123,12 @@ def reorder(state, vars_):
     _check_extents("reorder", state, new)
     old_red = [a for a in state.axes if a.reduction]
     new_red = [a for a in new if a.reduction]
-    if old_red != new_red:
+    if old_red != new_red and not _may_reassociate(state):
         red = state.reduction
-        exact = red.combiner in _EXACT_ANY_ORDER or red.body.dtype.kind != "f" \
-            and red.dtype.kind != "f"
-        if not exact and not state.fast_math:
-            moved = next(a for a, b in zip(new_red, old_red) if a is not b)
-            _fail("reorder", state, f"loop {moved.name} cannot move across another reduction "
-                  f"loop: combiner '{red.combiner}' on {red.dtype} would be reassociated and "
-                  "fast_math is off")
+        moved = next(a for a, b in zip(new_red, old_red) if a is not b)
+        _fail("reorder", state, f"loop {moved.name} cannot move across another reduction "
+              f"loop: combiner '{red.combiner}' on {red.dtype} would be reassociated and "
+              "fast_math is off")
     return state.with_axes(new)
 
 
@@ -167,8 +163,7 @@ def set_kind(state, var, kind, tail="peel"):
     if kind is LoopKind.VECTOR:
         if axis is not state.axes[-1]:
             _fail(prim, state, f"loop {axis.name} is not the innermost loop")
-        if axis.reduction and red.dtype.kind == "f" and red.combiner in ("sum", "prod") \
-                and not state.fast_math:
+        if axis.reduction and not _may_reassociate(state):
             _fail(prim, state, f"loop {axis.name} carries the '{red.combiner}' dependence on "
                   f"{red.dtype}; vectorizing it reassociates the {red.combiner}, and fast_math is off")
     if tail not in ("peel", "mask"):
@@ -178,10 +173,14 @@ def set_kind(state, var, kind, tail="peel"):
     return state.with_axes(new)
 
 
+def _may_reassociate(state):
+    red = state.reduction
+    return COMBINERS[red.combiner].may_reassociate(red.dtype, state.fast_math)
+
+
 def _check_reassociation(prim, state, axis):
     red = state.reduction
-    exact = red.combiner in _EXACT_ANY_ORDER or red.dtype.kind != "f"
-    if not exact and not state.fast_math:
+    if not _may_reassociate(state):
         _fail(prim, state, f"loop {axis.name}: combining partial '{red.combiner}' results "
               f"on {red.dtype} reassociates the reduction, and fast_math is off")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
 
@@ -30,19 +31,8 @@ from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stag
 
 
 def identity(combiner, dtype):
-    """The value a reduction starts from: the combiner's identity element."""
-    dtype = np.dtype(dtype)
-    if combiner == "sum":
-        return Const(0, dtype)
-    if combiner == "prod":
-        return Const(1, dtype)
-    big = combiner in ("min", "argmin")
-    if dtype.kind == "f":
-        return Const(np.inf if big else -np.inf, dtype)
-    if dtype.kind == "b":
-        return Const(big, dtype)
-    info = np.iinfo(dtype)
-    return Const(info.max if big else info.min, dtype)
+    """The value a reduction starts from: the combiner's identity element, a Const."""
+    return Const(COMBINERS[combiner].identity(dtype), np.dtype(dtype))
 
 
 # an accumulator tile this small (a few vector registers) is kept in a local array that
@@ -338,7 +328,7 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
     """
     d, red = state.definition, state.definition.reduction
     p = state.private
-    arg = red.combiner in ("argmax", "argmin")
+    arg = COMBINERS[red.combiner].positional
     parts = upper_bound(state.axis(p).extent, state_vars(state))
     part_dtype = value.dtype if arg else red.dtype
     first_red = next((n for n, a in enumerate(state.axes) if a.reduction and a.var is not p),
@@ -409,7 +399,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         first_red = split_at
     outer, inner = state.axes[:first_red], state.axes[first_red:]
     inner_out = [a for a, r in zip(state.axes[first_red:], reducing[first_red:]) if not r]
-    arg = red.combiner in ("argmax", "argmin")
+    arg = COMBINERS[red.combiner].positional
     acc_dtype = value.dtype if arg else red.dtype
     if not arg and value.dtype != acc_dtype:
         value = cast(value, acc_dtype)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
 
 from .ir import Guard, Loop, Scope, Store, Update
@@ -334,8 +335,8 @@ class _Planner:
             self.row_updates.append(s)
             return
         dt = np.dtype(s.buffer.dtype)
-        if dt.kind == "f" and s.combiner in ("sum", "prod") and not (s.fast_math and
-                                                                     self.fast_math):
+        fast = s.fast_math and self.fast_math
+        if not COMBINERS[s.combiner].may_reassociate(dt, fast):
             raise _Refuse(f"'{s.combiner}' on {dt} is not reassociated without fast_math")
         self.write(s.buffer, s.index, reduce=True)
         if s.arg is not None:

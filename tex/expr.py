@@ -9,6 +9,7 @@ import numpy as np
 import sympy as sp
 
 from . import dtypes
+from .combiners import COMBINERS
 from .errors import ShapeError
 # the symbols of index notation, defined in tex/indices.py, importable from here too
 from .indices import (AutoParts, CeilDiv, Index, Param, _split_names, affine_terms,  # noqa: F401
@@ -120,9 +121,6 @@ class Op(Expr):
 
     def __init__(self, name, args, dtype, weak=False):
         self.name, self.args, self.dtype, self.weak = name, tuple(args), dtype, weak
-
-
-COMBINERS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 
 class Reduce(Expr):
@@ -339,7 +337,7 @@ def gelu(x, approximate="none"):
 
 def _reduction(combiner, body, over, dtype, fast_math, strict=True):
     body, over = reduction_operands(combiner, body, over)
-    if combiner in ("argmax", "argmin"):
+    if COMBINERS[combiner].positional:
         acc = dtypes.INT64
         if dtype is not None and dtypes.as_dtype(dtype) != acc:
             raise TypeError(f"{combiner}: the result is an int64 position; dtype= must be int64")

@@ -21,6 +21,7 @@ import weakref
 import numpy as np
 import sympy as sp
 
+from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import AutoParts, CeilDiv
 from tex.program import as_program
@@ -283,8 +284,6 @@ def pyexpr(e, names):
 # a call-time parameter must fit the kernel's 64-bit arithmetic with room to spare
 # (a split_k part count is multiplied by the chunk length and the output's size)
 MAX_PARAM = 1 << 62
-# combiners with no identity: over an empty axis numpy raises (and so does tex)
-_NO_IDENTITY = {"max": "maximum", "min": "minimum", "argmax": "argmax", "argmin": "argmin"}
 
 
 def _make_caller(sig):
@@ -440,10 +439,10 @@ def _identityless_reductions(program):
     out = []
     for d in program.definitions:
         red = d.reduction
-        if red is None or red.combiner not in _NO_IDENTITY or not red.strict:
+        if red is None or COMBINERS[red.combiner].has_identity or not red.strict:
             continue
         over = ", ".join(f"{x.name} (extent {d.extents[x]})" for x in red.over)
-        message = (f"zero-size array to reduction operation {_NO_IDENTITY[red.combiner]} "
+        message = (f"zero-size array to reduction operation {COMBINERS[red.combiner].numpy} "
                    f"which has no identity: {d.name} reduces over {over}, which is empty")
         out.append((d, message, [d.extents[x] for x in d.indices],
                     [d.extents[x] for x in red.over]))

@@ -5,6 +5,8 @@ import numpy as np
 import sympy as sp
 from llvmlite import ir
 
+from tex.combiners import COMBINERS
+
 from ...scheduler.ir import Update
 from ...scheduler.vector_plan import affine_coefficient, itemsize
 from .irtypes import I1, I32, I64, PTR, memory_type, self_referential, type_suffix
@@ -147,10 +149,8 @@ class TransposedLoop(VectorLoop):
         if len(body) != 1 or not isinstance(body[0], Update) or body[0].arg is not None:
             return None
         u = body[0]
-        kind = np.dtype(u.buffer.dtype).kind
-        if u.combiner in ("max", "min") or kind in "iub":
-            return u
-        return u if u.fast_math and self.cg.fast_math else None
+        fast = u.fast_math and self.cg.fast_math
+        return u if COMBINERS[u.combiner].may_reassociate(u.buffer.dtype, fast) else None
 
     def _tree_block(self, u, cols, jb, base, mask):
         cg, k = self.cg, self.block

@@ -5,7 +5,8 @@ ops._better's tie rule); and VNNI dot products (vpdpbusd) for int8 sums."""
 import numpy as np
 from llvmlite import ir
 
-from ...scheduler.stage import identity
+from tex.combiners import COMBINERS
+
 from ...scheduler.vector_plan import dot_width
 from .irtypes import I1, I8, I32, I64, const, type_suffix, value_type
 from .ops import COMBINE, _better
@@ -99,8 +100,7 @@ class AccumulatorMixin:
 
     @staticmethod
     def _identity(combiner, dt):
-        base = {"argmax": "max", "argmin": "min"}.get(combiner, combiner)
-        return const(dt, identity(base, dt).value)
+        return const(dt, COMBINERS[combiner].identity(dt))
 
     def _accumulate(self, u, mask):
         cg = self.cg

@@ -129,8 +129,8 @@ class StageHandle:
         if isinstance(tensor, str):
             tensor = self.sched.program.tensor(tensor)
         var = self._var("pack", at)
-        self._apply(P.pack(self.state, tensor, var, layout),
-                    Pack(self.name, tensor.name, var.name, layout))
+        state = P.pack(self.state, tensor, var, layout)
+        self._apply(state, Pack(self.name, tensor.name, var.name, state.packs[-1][2].value))
 
     def compute_at(self, consumer, at):
         """Compute this definition inside loop `at` of `consumer`, only over the part the
@@ -221,7 +221,7 @@ class StageHandle:
         state = P.set_kind(self.state, var, kind, tail)
         if kind is LoopKind.VECTOR:
             self.sched._check_vector("vectorize", state, var)
-        self._apply(state, SetKind(self.name, var.name, kind.value, tail))
+        self._apply(state, SetKind(self.name, var.name, kind.value, state.axis(var).tail.value))
 
     def parallel(self, loop):
         self._kind(loop, LoopKind.PARALLEL)

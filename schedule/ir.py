@@ -28,6 +28,12 @@ class LoopKind(enum.Enum):
     UNROLLED = "unrolled"
 
 
+class VectorTail(enum.Enum):
+    """What a VECTOR loop does with the iterations that do not fill a last vector."""
+    PEEL = "peel"       # a scalar remainder loop
+    MASK = "mask"       # one more vector with a lane mask (masked loads and stores)
+
+
 class Scope(enum.Enum):
     INPUT = "input"
     OUTPUT = "output"
@@ -72,7 +78,7 @@ class Loop(Node):
     kind: LoopKind = LoopKind.SERIAL
     start: sp.Expr = sp.Integer(0)
     reduction: bool = False     # iterates over a reduced index (for handles and legality)
-    tail: str = "peel"          # VECTOR loops: "peel" (scalar remainder) or "mask" (masked lanes)
+    tail: VectorTail = VectorTail.PEEL     # VECTOR loops: a scalar remainder or masked lanes
     plan: object = None         # the vector plan (schedule/vectorize.py), or None
 
     def replace(self, **changes):
@@ -135,6 +141,16 @@ class Kernel(Node):
     sizes: tuple             # size symbols
     params: tuple            # call-time parameter symbols
     bindings: dict = field(default_factory=dict)   # size -> (input position, axis)
+
+
+def unique_name(base, used):
+    """`base`, else the first of `base_1`, `base_2`, ... not in `used`: how loops and
+    the loops a primitive makes are named apart."""
+    name, k = base, 0
+    while name in used:
+        k += 1
+        name = f"{base}_{k}"
+    return name
 
 
 def children(node):
@@ -245,7 +261,7 @@ def structure_key(kernel):
         if isinstance(n, Loop):
             plan = "" if n.plan is None else f" plan {n.plan.describe()}"
             out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
-                       f"{sym(n.extent)} {n.kind.value} {n.tail} {n.reduction}{plan}")
+                       f"{sym(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
         elif isinstance(n, Guard):
             out.append(f"{pad}guard {sym(n.cond)}")
         elif isinstance(n, Allocate):

@@ -11,8 +11,8 @@ from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import CeilDiv, Index, Param
 
-from .ir import LoopKind
-from .stage import Axis
+from .ir import LoopKind, VectorTail, unique_name
+from .stage import Axis, Layout
 
 
 
@@ -54,11 +54,9 @@ def _require(prim, state, var):
 
 
 def fresh_name(state, base):
-    used = {a.name for a in state.axes}
-    name, k = base, 1
-    while name in used:
-        name, k = f"{base}{k}", k + 1
-    return name
+    """`base`, or `base_1`, `base_2`, ... when a loop of the stage has that name (the
+    printer's rule for loops of one name)."""
+    return unique_name(base, {a.name for a in state.axes})
 
 
 def split(state, var, factor, tail=Tail.PEEL):
@@ -166,8 +164,11 @@ def set_kind(state, var, kind, tail="peel"):
         if axis.reduction and not _may_reassociate(state):
             _fail(prim, state, f"loop {axis.name} carries the '{red.combiner}' dependence on "
                   f"{red.dtype}; vectorizing it reassociates the {red.combiner}, and fast_math is off")
-    if tail not in ("peel", "mask"):
-        _fail(prim, state, f"loop {axis.name}: tail={tail!r} is not one of 'peel', 'mask'")
+    try:
+        tail = VectorTail(tail)
+    except ValueError:
+        valid = ", ".join(repr(t.value) for t in VectorTail)
+        _fail(prim, state, f"loop {axis.name}: tail={tail!r} is not one of {valid}")
     new = [Axis(a.var, a.extent, a.reduction, kind, tail) if a is axis else a
            for a in state.axes]
     return state.with_axes(new)
@@ -245,7 +246,6 @@ def split_k(state, var, parts):
     return privatize(state, outer), outer, inner
 
 
-PACK_LAYOUTS = ("box", "loops")
 
 
 def pack(state, tensor, var, layout="box"):
@@ -267,9 +267,11 @@ def pack(state, tensor, var, layout="box"):
     reads = state.definition.reads()
     if tensor not in reads:
         _fail("pack", state, f"the stage does not read {getattr(tensor, 'name', tensor)}")
-    if layout not in PACK_LAYOUTS:
+    try:
+        layout = Layout(layout)
+    except ValueError:
         _fail("pack", state, f"layout={layout!r} is not one of "
-              f"{', '.join(map(repr, PACK_LAYOUTS))}")
+              f"{', '.join(repr(x.value) for x in Layout)}")
     if any(t is tensor for t, *_ in state.packs + state.hosted):
         _fail("pack", state, f"{tensor.name} is already packed or computed inside this stage")
     return replace(state, packs=state.packs + ((tensor, axis.var, layout),))

@@ -12,7 +12,7 @@ import sympy as sp
 
 from tex.expr import Access, Const, IndexValue, Op
 
-from .ir import Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, walk
+from .ir import Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, unique_name, walk
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
           "floor_divide": "//", "remainder": "%", "power": "**", "less": "<",
@@ -29,11 +29,7 @@ class _Names:
         self.names, used = {}, set()
         for n in walk(root):
             if isinstance(n, Loop) and n.var not in self.names:
-                base = n.var.name
-                name, k = base, 0
-                while name in used:
-                    k += 1
-                    name = f"{base}_{k}"
+                name = unique_name(n.var.name, used)
                 used.add(name)
                 self.names[n.var] = name
         self.subs = {v: sp.Symbol(nm) for v, nm in self.names.items()}
@@ -88,7 +84,7 @@ def _emit(node, names, ind, lines):
         end = names.sym(node.start + node.extent) if node.start != 0 else names.sym(node.extent)
         notes = [node.kind.value] if node.kind is not LoopKind.SERIAL else []
         if node.kind is LoopKind.VECTOR:
-            notes[-1] += f" ({node.tail} tail)"
+            notes[-1] += f" ({node.tail.value} tail)"
         if node.plan is not None:
             notes.append(node.plan.describe())
         if node.reduction:

@@ -16,6 +16,7 @@ dimension for every output loop nested inside it:
         for j in 0..N:
           C[i, j] += A[i, k] * B[k, j]
 """
+import enum
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,7 +28,7 @@ from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_child
 
 from .region import upper_bound
 from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
-                 Update, map_nest, walk)
+                 Update, VectorTail, map_nest, walk)
 
 
 def identity(combiner, dtype):
@@ -40,6 +41,12 @@ def identity(combiner, dtype):
 REGISTER_TILE_BYTES = 2048
 
 
+class Layout(enum.Enum):
+    """How `pack` lays out its copy of a tensor."""
+    BOX = "box"         # the box the loops below read, in the tensor's dimension order
+    LOOPS = "loops"     # one dimension per loop below, in loop order (BLIS micro-panels)
+
+
 @dataclass(frozen=True, eq=False)
 class Axis:
     """One loop of a stage: a unique variable, its extent, whether it reduces, its kind."""
@@ -47,7 +54,7 @@ class Axis:
     extent: sp.Expr
     reduction: bool
     kind: LoopKind = LoopKind.SERIAL
-    tail: str = "peel"          # for a vector loop: "peel" or "mask"
+    tail: VectorTail = VectorTail.PEEL     # for a vector loop
 
     @property
     def name(self):
@@ -158,16 +165,16 @@ def _local_tiles(state, value, buffers, states):
         position = loop_vars.index(at)
         inner = set(loop_vars[position + 1:])
         buf = buffers[tensor]
-        if kind == "loops":
+        if kind is Layout.LOOPS:
             local, stmts, value = _panel_copy(state, value, buf, state.axes[position + 1:])
             inserts.append((at, local, stmts))
             padded.add(local)
             continue
-        prim = "pack" if kind == "box" else "compute_at"
+        prim = "pack" if kind is Layout.BOX else "compute_at"
         box = read_box(prim, state.definition.name, value, buf, inner, extents, loop_vars)
-        local = Buffer(f"{tensor.name}_{'pack' if kind == 'box' else kind}", box.size,
+        local = Buffer(f"{tensor.name}_{'pack' if kind is Layout.BOX else kind}", box.size,
                        buf.dtype, _local_scope(box.size, buf.dtype))
-        if kind == "box":
+        if kind is Layout.BOX:
             fresh = [Index(f"{tensor.name}_p{n}") for n in range(buf.ndim)]
             src = Access(buf, [st + e for st, e in zip(box.start, fresh)])
             stmts = _nest([Axis(e, x, False) for e, x in zip(fresh, box.extent)],
@@ -251,7 +258,7 @@ def _panel_copy(state, value, buf, inner_axes):
     kinds = [a.kind if a.kind is LoopKind.UNROLLED else LoopKind.SERIAL for a in dims]
     if dims and dims[-1] is inner_axes[-1] and dims[-1].kind is LoopKind.VECTOR:
         kinds[-1] = LoopKind.VECTOR
-    copy_axes = [Axis(fresh[a.var], sp.sympify(a.extent).xreplace(fresh), False, k, "mask")
+    copy_axes = [Axis(fresh[a.var], sp.sympify(a.extent).xreplace(fresh), False, k, VectorTail.MASK)
                  for a, k in zip(dims, kinds)]
     stmts = _nest(copy_axes, stores)
 

@@ -43,7 +43,7 @@ def reduction_strategy(state, name, tail="peel", accumulators=None):
 
     def vectorize(state, var):
         state = P.set_kind(state, var, LoopKind.VECTOR, tail)
-        steps.append(SetKind(stage, var.name, LoopKind.VECTOR.value, tail))
+        steps.append(SetKind(stage, var.name, LoopKind.VECTOR.value, state.axis(var).tail.value))
         return state
 
     if name == "inner_parallel":

@@ -11,7 +11,7 @@ import sympy as sp
 from tex.combiners import COMBINERS
 from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
 
-from .ir import Guard, Loop, Scope, Store, Update
+from .ir import Guard, Loop, Scope, Store, Update, VectorTail
 from .target import target
 
 MAX_REGISTERS = 4          # the widest value type of a body fills at most this many
@@ -386,7 +386,7 @@ class _Planner:
         bound = _constant_bound(self.loop.extent)
         if bound is not None and bound >= 1:
             fit = 1 << (bound.bit_length() - 1)               # largest power of two <= bound
-            if self.loop.tail == "mask" and fit < bound:
+            if self.loop.tail is VectorTail.MASK and fit < bound:
                 fit *= 2                                      # one masked vector covers it
             w = max(1, min(w, fit))
         return w

@@ -106,7 +106,7 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Scope, Store
+from ...scheduler.ir import Guard, Scope, Store, VectorTail
 from ...scheduler.vector_plan import access_key, affine_coefficient, itemsize, local_flat
 from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better
@@ -307,7 +307,7 @@ class VectorLoop(AccumulatorMixin):
         """A loop over a whole LOCAL buffer ends with a masked vector whatever its tail
         (lane k of the vector is element k of the buffer, so each element sees the same
         operations as in the scalar remainder loop; the buffer stays one vector value)."""
-        return self.loop.tail == "mask" or bool(self.plan.whole)
+        return self.loop.tail is VectorTail.MASK or bool(self.plan.whole)
 
     def _main_loop(self, start, stop, step):
         cg = self.cg

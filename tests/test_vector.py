@@ -9,7 +9,7 @@ import sympy as sp
 
 import tex
 from tex.backends import numpy_ref
-from tex.backends.llvm import jit, runtime
+from tex.backends.llvm import codegen, jit, runtime
 from tex.scheduler import target as targets, vectorize
 from tex.scheduler.vector_plan import plan_vector_loop
 from tex.scheduler.ir import Loop, LoopKind, Update, map_nest, walk
@@ -565,3 +565,29 @@ def test_float_extremes_horizontal(dtype):
         np.testing.assert_array_equal(got, want)
         assert np.signbit(got[3]) == (combiner == "min")   # -0 and one +0
         assert np.signbit(got[4])                           # -0 only
+
+
+# ---------------------------------------------------------------- golden IR of small kernels
+
+def _golden_kernels():
+    i, j = tex.indices("i j")
+    x, y = tex.tensor("x", (N,), "float32"), tex.tensor("y", (N,), "float32")
+    X8 = tex.tensor("X", (M, N), "int8")
+    XF = tex.tensor("X", (M, N), "float32")
+    return {
+        "add": tex.schedule(tex.compute("V", (i,), x[i] + y[i])),
+        "int8_rowsum": tex.schedule(tex.compute("S", (i,), tex.sum(X8[i, j], over=j,
+                                                                   dtype="int32"))).auto(),
+        "argmax_rows": tex.schedule(tex.compute("A", (i,), tex.argmax(XF[i, j], over=j))).auto(),
+    }
+
+
+@pytest.mark.parametrize("name", ["add", "int8_rowsum", "argmax_rows"])
+def test_golden_llvm_ir(name, golden):
+    """The LLVM IR of three small kernels for a fixed target (Zen 3, AVX2): a change of
+    the code generator shows here as a diff to review (pytest --update-golden)."""
+    from cpus import ZEN3
+    with targets.overriding(ZEN3):
+        s = _golden_kernels()[name]
+        ir_text = str(codegen.build(s.kernel(), f"tex_{name}"))
+    golden(f"ir_{name}_znver3", ir_text)

@@ -72,7 +72,8 @@ class ParallelMixin:
             inner = one
         if not isinstance(node, Loop):
             return inner
-        inner = b.select(b.icmp_signed("<", inner, one), one, inner)
+        if not (isinstance(inner, ir.Constant) and inner.constant >= 1):
+            inner = b.select(b.icmp_signed("<", inner, one), one, inner)
         return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
 
     def _outlined(self, loop, bufs, syms):

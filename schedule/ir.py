@@ -93,6 +93,7 @@ class Loop(Node):
 class Guard(Node):
     cond: sp.Basic
     body: tuple
+    note: str = None            # why the guard is there, when a pass made it ("whole tile")
 
 
 @dataclass(frozen=True, eq=False)
@@ -263,7 +264,7 @@ def structure_key(kernel):
             out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
                        f"{sym(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
         elif isinstance(n, Guard):
-            out.append(f"{pad}guard {sym(n.cond)}")
+            out.append(f"{pad}guard {sym(n.cond)} {n.note}")
         elif isinstance(n, Allocate):
             out.append(f"{pad}allocate {buf(n.buffer)}")
         elif isinstance(n, Store):

@@ -94,7 +94,8 @@ def _emit(node, names, ind, lines):
         for s in node.body:
             _emit(s, names, ind + 1, lines)
     elif isinstance(node, Guard):
-        lines.append(f"{pad}if {names.sym(node.cond)}:")
+        note = f"  # {node.note}" if node.note else ""
+        lines.append(f"{pad}if {names.sym(node.cond)}:{note}")
         for s in node.body:
             _emit(s, names, ind + 1, lines)
     elif isinstance(node, Allocate):

@@ -100,26 +100,41 @@ class Blocking:
     nc: int             # columns of the packed B block (L3)
 
 
-def default_blocking(dtype, operand_bytes):
+def default_blocking(dtype, operand_bytes, machine=None):
     """Block sizes for accumulators of `dtype` and operands of `operand_bytes` bytes an
-    element, from the host's vector registers and caches."""
-    machine = target()
+    element, from the target's vector registers and caches (schedule/target.py):
+
+    - MR x NR: NR/W vectors of MR rows of accumulators, plus the NR/W vectors of B and a
+      broadcast of A in registers, with enough independent accumulators to cover the
+      FMA latency: 6 x 2 vectors with 16 registers (12 accumulators), 6 x 4 with 32.
+    - kc: a B micro-panel (kc x NR) in a quarter of L2, at most 1024 (and at most what
+      lets eight tiles of rows of A fill half of L2): the micro-kernel
+      streams it from L2 while it goes through A's micro-panels, and a long kc
+      amortizes each tile's initialisation and write-back (measured: Zen 5, 1 MiB L2:
+      kc = 1024 25% faster than an L1-sized 256; Zen 3, 512 KiB L2: 512 to 1024 alike,
+      256 8% slower at 2048^3).
+    - mc: the packed A block (mc x kc) in a quarter of L2, or eight register tiles of
+      rows if that still fits half of it; a multiple of MR, so that no tile of a block
+      is padding (Zen 3: mc = 16 from the quarter rule made every third tile a third
+      padding; 48 ran 1024^3 12% faster).
+    - nc: the packed B block (kc x nc) in an eighth of L3, a multiple of NR: the L3 of
+      a cloud machine is shared with other tenants' cores (Zen 3, 32 MiB L3: a 4 MiB
+      B block ran 2048^3 at 87 GFLOP/s, 1 MiB at 94)."""
+    machine = machine or target()
     registers = machine.vector_registers
     lanes = machine.lanes(dtype)
     vectors = 4 if registers == 32 else 2            # NR / W
     mr = (registers - vectors - 2) // vectors        # 6 on AVX-512 and on AVX2
     nr = vectors * lanes
     l2, l3 = machine.cache(2, 512 << 10), machine.cache(3, 8 << 20)
-    # A B micro-panel (kc x nr) in a quarter of L2: the micro-kernel streams it from
-    # L2 while A's micro-panel sits in L1. A long kc matters most: every kc block
-    # reads and writes the output tile once more (measured on a 1 MiB-L2 Zen 5, 1024
-    # and 2048 matmuls ran 25% faster with kc = 1024 than with an L1-sized kc = 256).
-    kc = max(64, (l2 // 4) // (nr * operand_bytes) // 64 * 64)
-    # the packed A block (mc x kc) in another quarter of L2
-    mc = max(mr, (l2 // 4) // (kc * operand_bytes))
-    # the packed B block (kc x nc) in half of L3, a multiple of nr, at most 4096 wide
-    # (a larger packed buffer costs page faults on every call)
-    nc = max(nr, min(4096, (l3 // 2) // (kc * operand_bytes)) // nr * nr)
+    # (and short enough that eight tiles of rows of A fit half of L2 at that kc)
+    cap = min(1024, (l2 // 2) // (8 * mr * operand_bytes))
+    kc = max(64, min(cap, (l2 // 4) // (nr * operand_bytes)) // 64 * 64)
+    rows = (l2 // 4) // (kc * operand_bytes)
+    if rows < 8 * mr and 8 * mr * kc * operand_bytes <= l2 // 2:
+        rows = 8 * mr
+    mc = max(mr, rows // mr * mr)
+    nc = max(nr, min(4096, (l3 // 8) // (kc * operand_bytes)) // nr * nr)
     return Blocking(mr, nr, kc, mc, nc)
 
 

@@ -446,7 +446,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
                  & set(loop_vars) <= bound else
                  replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
                  for a in inner_out]
-    body += _nest(inner_out, init, out_guards)
+    # a local accumulator tile is initialised whole: its guards only say which elements
+    # reach the output (the write-back checks them), and an unguarded tile stays in
+    # vector registers (masked stores to it would keep it in memory)
+    init_guards = () if register_tile and acc is not out_buf else out_guards
+    body += _nest(inner_out, init, init_guards)
     level = None if acc is not out_buf or arg else _register_level(state, reducing, first_red,
                                                                     acc_dtype)
     if level is not None:

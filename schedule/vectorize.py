@@ -124,9 +124,12 @@ def _whole_tiles(node, in_tile=False):
     micro-kernel... took 136 ns a tile here)."""
     if isinstance(node, Guard) and node.note in (WHOLE, PARTIAL):
         return node
-    tile = isinstance(node, Loop) and node.kind in TILE_KINDS and \
-        sp.sympify(node.extent).is_Integer and sp.sympify(node.start).is_Integer
-    if tile and not in_tile:
+    tile = _is_tile(node)
+    # a tile nest, or one loop around tile nests (a micro-kernel's k loop, a packed
+    # copy's loop over k): the test then runs once before that loop
+    around = isinstance(node, Loop) and not tile and all(
+        _is_tile(n) for c in node.body for n in walk(c) if isinstance(n, Loop))
+    if (tile or around) and not in_tile:
         split = _split_whole(node)
         if split is not None:
             return split
@@ -142,14 +145,19 @@ def _whole_tiles(node, in_tile=False):
     return node.replace(body=tuple(new))
 
 
+def _is_tile(node):
+    return isinstance(node, Loop) and node.kind in TILE_KINDS and \
+        sp.sympify(node.extent).is_Integer and sp.sympify(node.start).is_Integer
+
+
 def _split_whole(loop):
-    """(Guard(W, unguarded nest), Guard(not W, nest)) for a tile nest, or None when it
-    holds no guard whose truth over the tile can be decided before it."""
+    """(Guard(W, unguarded nest), Guard(not W, nest)) for a tile nest (or one loop around
+    tile nests, when W does not depend on that loop), or None when it holds no guard
+    whose truth over the tiles can be decided before it."""
     ranges = {}
     for n in walk(loop):
-        if isinstance(n, Loop):
-            if not (n.kind in TILE_KINDS and sp.sympify(n.extent).is_Integer
-                    and sp.sympify(n.start).is_Integer):
+        if isinstance(n, Loop) and n is not loop or _is_tile(n):
+            if not _is_tile(n):
                 return None
             ranges[n.var] = (int(n.start), int(n.start) + int(n.extent) - 1)
     guards = [n for n in walk(loop) if isinstance(n, Guard)]
@@ -163,7 +171,7 @@ def _split_whole(loop):
             continue
         if holds[id(g)] is not None:
             terms |= holds[id(g)]
-    if not terms:
+    if not terms or any(loop.var in t.free_symbols for t in terms):
         return None
     whole = sp.And(*sorted(terms, key=sp.default_sort_key))
 

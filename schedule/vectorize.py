@@ -174,6 +174,8 @@ def _split_whole(loop):
     if not terms or any(loop.var in t.free_symbols for t in terms):
         return None
     whole = sp.And(*sorted(terms, key=sp.default_sort_key))
+    if whole is sp.false:
+        return None                                      # (constant sizes: never whole)
 
     def strip(node):
         if isinstance(node, Guard):
@@ -182,6 +184,8 @@ def _split_whole(loop):
             if fails[id(node)] is not None and fails[id(node)] <= terms:
                 return ()                                # false on the whole tile
         return node
+    if whole is sp.true:
+        return (map_nest(loop, strip),)
     return (Guard(whole, (map_nest(loop, strip),), WHOLE),
             Guard(sp.Not(whole), (loop,), PARTIAL))
 

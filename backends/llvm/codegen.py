@@ -401,6 +401,8 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         b = self.b
         if c is sp.true:
             return ir.Constant(I1, 1)
+        if c is sp.false:
+            return ir.Constant(I1, 0)
         if isinstance(c, sp.And):
             out = self.condition(c.args[0])
             for a in c.args[1:]:

@@ -44,9 +44,18 @@ def prefers_reduction_outside(defn):
                 _unit_stride_score(defn, defn.indices[-1]) > _unit_stride_score(defn, red.over[-1]))
 
 
-def auto_schedule(sched):
+def auto_schedule(sched, fuse=True):
+    if fuse:
+        _form_kernels(sched)
     for stage in sched.stages:
         d = stage.definition
+        if d in sched._fused:
+            continue                      # runs in its root's nest
+        epilogue = sched._epilogue(d)
+        if epilogue is not None:
+            _auto_fused_root(stage, epilogue)
+            _check_fusion(sched, stage)
+            continue
         if _auto_blocked(stage):
             continue
         if prefers_reduction_outside(d):
@@ -61,6 +70,82 @@ def auto_schedule(sched):
         _parallel_first_output_loop(stage)
         _auto_vectorize(stage)
     return sched
+
+
+def _form_kernels(sched):
+    """Fuse each consumer into the kernel of a definition it reads, when the maps of
+    their indices allow it (schedule/fusion.py): elementwise and reduction consumers run
+    in their producer's epilogue. The reasons for the fusions not made are kept in
+    `sched.not_fused` and printed with the schedule."""
+    from . import fusion
+    for d in sched.program.definitions:
+        for root in fusion.fusion_candidates(sched.program, sched._fused, d):
+            _, why = fusion.try_join(sched.program, sched._fused, d, root)
+            if why is None:
+                try:
+                    sched.fuse(d, into=root)
+                except ScheduleError as e:
+                    why = str(e).partition(": ")[2]
+                else:
+                    break
+            sched.not_fused[(d.name, root.name)] = why
+
+
+def _reduced_by_members(epilogue):
+    """The root's indices that a fused reduction consumer reduces over (no thread may
+    own a loop over them: the consumer combines across it)."""
+    out = set()
+    for f in epilogue.members:
+        red = f.definition.reduction
+        if red is not None:
+            out |= {f.to_root[x] for x in red.over}
+    return out
+
+
+def _auto_fused_root(stage, epilogue):
+    """A definition with consumers in its epilogue: a contraction gets the fused blocked
+    schedule (blocking.block_fused_contraction: all of k inside the register tile) for
+    calls with a register tile's rows and two vectors' columns, its default nest (k
+    innermost: each element's sum final in a scalar) otherwise; any other definition
+    keeps its default order. The threads never share a loop over an index a consumer
+    reduces over."""
+    from .blocking import block_fused_contraction, contraction_roles, default_blocking, \
+        operand_bytes
+    d = stage.definition
+    avoid = _reduced_by_members(epilogue)
+    red = d.reduction
+    # (a consumer storing T[j, i] still gets j on vectors: its tile is stored transposed
+    # element by element, 1024^3 with a bias at 1.24x numpy's (a @ b + bias).T copy; i
+    # on vectors needed A packed transposed and B repacked per block of i: 0.76x)
+    roles = contraction_roles(d)
+    if roles is not None and COMBINERS[red.combiner].may_reassociate(red.dtype,
+                                                                       stage.state.fast_math):
+        blocking = default_blocking(red.dtype, operand_bytes(roles))
+        rows, cols = d.extents[roles.i], d.extents[roles.j]
+        few = 2 * target().lanes(red.dtype)
+        cond = sp.And(sp.GreaterThan(rows, blocking.mr), sp.GreaterThan(cols, few))
+        if cond is not sp.false:
+            spec = stage if cond is sp.true else stage.specialize(cond)
+            block_fused_contraction(spec, roles, blocking, avoid)
+            if cond is sp.true:
+                return
+    if red is not None and len(d.indices) == 1 and not avoid:
+        _auto_split_k(stage)
+    _parallel_first_output_loop(stage, avoid)
+    _auto_vectorize(stage)
+
+
+def _check_fusion(sched, stage):
+    """Lower a root with its epilogue; a fusion its nest refuses is undone (its
+    consumers scheduled on their own), with the reason kept in `sched.not_fused`."""
+    d = stage.definition
+    try:
+        stage.lower(sched._buffers(), sched._states, sched._epilogue(d))
+    except ScheduleError as e:
+        for m in [m for m, f in sched._fused.items() if f.into is d]:
+            if m in sched._fused:
+                sched.unfuse(m)
+            sched.not_fused[(m.name, d.name)] = str(e).partition(": ")[2]
 
 
 def _auto_blocked(stage):
@@ -121,9 +206,11 @@ def _auto_blocked(stage):
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)
 
 
-def _parallel_first_output_loop(stage):
+def _parallel_first_output_loop(stage, avoid=frozenset()):
+    """The first output loop shares out the rows (not one over an index in `avoid`)."""
+    origin = {v: x for x, v in stage.state.subst.items()}
     for loop in stage.loops:
-        if not loop.is_reduction:      # the first output loop shares out the rows
+        if not loop.is_reduction and origin.get(loop.var) not in avoid:
             stage.parallel(loop)
             return
 

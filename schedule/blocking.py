@@ -138,6 +138,59 @@ def default_blocking(dtype, operand_bytes, machine=None):
     return Blocking(mr, nr, kc, mc, nc)
 
 
+FUSED_NC = 112      # columns of B a fused nest packs (at most; a multiple of NR): 7 AVX2 panels
+
+
+def block_fused_contraction(stage, roles, blocking, avoid=frozenset()):
+    """The blocked schedule for a contraction with fused consumers: the whole of k runs
+    inside the register tile, so each tile's sum is final after its k loop and the
+    consumers' epilogue reads it in registers:
+
+        for jc in N / NC:                          NC <= 128 columns (B_pack = K x NC)
+          pack B[:, jc-block] -> B_pack[jr, k, jj]
+          for ic in M / MC:                        parallel
+            for jr: for ir:
+              for k in K: for ii: for jj: acc[ii, jj] += A[i, k] * B_pack[jr, k, jj]
+              epilogue on acc
+
+    A is read in place: MR rows of it, each streamed along k (measured on Zen 3 as fast
+    as packing it, 1024^3 and 512 x 1024 x 4096). The threads share the first batch loop
+    and the ic blocks, or the jr panels when a consumer reduces over i; never a loop
+    over an index in `avoid` (those a fused consumer reduces over)."""
+    bl = blocking
+    nc = max(bl.nr, FUSED_NC // bl.nr * bl.nr)
+    jc, j1 = stage.split(roles.j, nc)
+    jr, jj = stage.split(j1, bl.nr, tail="guard")
+    ic, i1 = stage.split(roles.i, bl.mc)
+    ir, ii = stage.split(i1, bl.mr, tail="guard")
+    others = [h for h in stage.loops if h.is_reduction]
+    batch = [h for h in stage.loops
+             if not h.is_reduction and h.var not in {x.var for x in (jc, jr, jj, ic, ir, ii)}]
+    stage.reorder(*batch, jc, ic, jr, ir, *others, ii, jj)
+    stage.pack(roles.b, jc, layout="loops")
+    if not _streams_along(stage.definition, roles.a, roles.k):
+        stage.pack(roles.a, ic, layout="loops")
+    stage.unroll(ii)
+    stage.vectorize(jj, tail="mask")
+    origin = {stage.state.subst[x]: x for x in stage.definition.indices}
+    parallel = [b for b in batch[:1] if origin.get(b.var) not in avoid]
+    parallel += [ic] if roles.i not in avoid else [jr] if roles.j not in avoid else []
+    for loop in parallel:
+        stage.parallel(loop)
+
+
+def _streams_along(defn, tensor, k):
+    """Is `tensor`'s read contiguous along k (k in its last dimension only)? Read in
+    place, its rows are then streamed; otherwise each step of k jumps a row of it (a new
+    page every step for a 1024-wide float32 row: the transposed consumer's nest ran at
+    half speed), and it is packed."""
+    for a in walk_expr(defn.reduction.body):
+        if isinstance(a, Access) and a.tensor is tensor:
+            return k in sp.sympify(a.index[-1]).free_symbols and not any(
+                k in sp.sympify(ix).free_symbols for ix in a.index[:-1])
+    return False
+
+
 def block_contraction(stage, roles, blocking=None, k_loop=None):
     """Apply the blocked schedule (module docstring) to `stage` with the primitives.
     `k_loop` is the loop of k to block when k was split before (the chunk loop of a

@@ -65,7 +65,19 @@ class StageHandle:
     def _apply(self, state, *steps):
         """Make `state` this stage's, recording `steps`, once it is known legal (a
         refused state raises ScheduleError and changes nothing)."""
-        self.sched._check(self.state, state)
+        sched, d = self.sched, self.definition
+        if d in sched._fused:
+            root = sched._fused[d].into.name
+            raise ScheduleError(f"stage {d.name} runs in {root}'s epilogue (fused): its loops "
+                                f"are {root}'s; schedule {root}, or s.unfuse({d.name!r}) first")
+        sched._check(self.state, state)
+        epilogue = sched._epilogue(d)
+        if epilogue is not None:          # the fused consumers must still fit the new nest
+            from dataclasses import replace
+            from .epilogue import check_races
+            nest = lower_stage(replace(state, epilogue=epilogue), sched._buffers(),
+                               sched._states)
+            check_races(epilogue, nest.body, d.name)
         self._store(state)
         for step in steps:
             self.sched._record(step)
@@ -187,18 +199,27 @@ class StageHandle:
         self.sched._record(Specialize(self.name, str(cond)))
         return spec
 
-    def lower(self, buffers, states):
+    def lower(self, buffers, states, epilogue=None):
         """This stage's Stage node: its own nest, or `if c1: spec1 elif c2: ... else:
-        own` when it has specializations."""
-        own = lower_stage(self.state, buffers, states)
-        if not self.specializations:
-            return own
-        body, taken = [], []
-        for spec in self.specializations:
-            cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
-            body.append(Guard(cond, lower_stage(spec.state, buffers, states).body))
-            taken.append(spec.condition)
-        body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own.body))
+        own` when it has specializations; with the `epilogue` of its fused consumers."""
+        from dataclasses import replace
+
+        def nest(state):
+            if epilogue is not None:
+                state = replace(state, epilogue=epilogue)
+            return lower_stage(state, buffers, states).body
+        body = nest(self.state)
+        if self.specializations:
+            body, own, taken = [], body, []
+            for spec in self.specializations:
+                cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
+                body.append(Guard(cond, nest(spec.state)))
+                taken.append(spec.condition)
+            body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own))
+        if epilogue is not None:
+            from .epilogue import around, check_races
+            check_races(epilogue, body, self.definition.name)
+            body = around(epilogue, body)
         return Stage(self.definition, tuple(body))
 
     def tile(self, *loops_and_factors, tail="peel"):
@@ -236,7 +257,9 @@ class StageHandle:
         self._kind(loop, LoopKind.UNROLLED)
 
     def __str__(self):
-        return format_nest(self.lower(self.sched._buffers(), self.sched._states))
+        sched = self.sched
+        return format_nest(self.lower(sched._buffers(), sched._states,
+                                      sched._epilogue(self.definition)))
 
     def __repr__(self):
         loops = ", ".join(f"{h.name}{' (reduction)' if h.is_reduction else ''}"
@@ -273,8 +296,10 @@ class Specialization(StageHandle):
         raise ScheduleError(f"specialize: {self.name} is a specialization already; "
                             f"specialize {self.parent.name} with a combined condition")
 
-    def lower(self, buffers, states):
-        return lower_stage(self.state, buffers, states)
+    def lower(self, buffers, states, epilogue=None):
+        from dataclasses import replace
+        state = self.state if epilogue is None else replace(self.state, epilogue=epilogue)
+        return lower_stage(state, buffers, states)
 
 
 def _stage_of(sched, name):

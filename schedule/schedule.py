@@ -22,8 +22,9 @@ from .handles import StageHandle
 from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
-from .steps import (ComputeAt, Pack, Privatize, Reorder, SetKind, Specialize, Split, SplitK,
-                    from_json, to_json)
+from .steps import (ComputeAt, Fuse, Pack, Privatize, Reorder, SetKind, Specialize, Split,
+                    SplitK, Unfuse, from_json, to_json)
+from . import fusion
 from .vectorize import plan_vectors, vector_refusal
 
 
@@ -46,6 +47,8 @@ class Schedule:
         self._states = {d: initial_state(d, fast_math) for d in self.program.definitions}
         self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
         self._hosted_by = {}        # producer definition -> consumer that computes it
+        self._fused = {}            # consumer definition -> Fused: run in a root's epilogue
+        self.not_fused = {}         # (consumer, producer) names -> why s.auto() did not fuse
         self.history = []
 
     def __getitem__(self, defn):
@@ -80,8 +83,9 @@ class Schedule:
     def kernel(self):
         """The scheduled loop nest (tex.scheduler.ir.Kernel), its vector plan included."""
         p, buffers = self.program, self._buffers()
-        body = tuple(self._stages[d].lower(buffers, self._states)
-                     for d in p.definitions if d not in self._hosted_by)
+        root_of = {d: f.into for d, f in self._fused.items()}
+        body = tuple(self._stages[d].lower(buffers, self._states, self._epilogue(d))
+                     for d in fusion.stage_order(p, root_of) if d not in self._hosted_by)
         params = set(p.params)
         states = list(self._states.values()) + [spec.state for st in self._stages.values()
                                                 for spec in st.specializations]
@@ -93,10 +97,99 @@ class Schedule:
                         params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
         return plan_vectors(kernel, self.fast_math)
 
-    def fuse(self, consumer, at=None):
-        """Fuse `consumer` with the definition it reads: the producer is computed inside
-        the consumer's loop `at` (default: its outermost loop), tile by tile, so the
-        producer's full result is never written to memory."""
+    # ------------------------------------------------------------ fusion
+    def _epilogue(self, root):
+        """The Epilogue of a root with fused consumers (None without)."""
+        from .epilogue import Fused, make_epilogue
+        members = [f for d, f in self._fused.items() if f.into is root]
+        if not members:
+            return None
+        p = self.program
+        order = {d: n for n, d in enumerate(p.definitions)}
+        members.sort(key=lambda f: order[f.definition])
+
+        def stored(d):
+            return d in p.outputs or bool(fusion.outside_readers(p, self._fused, d))
+        members = [Fused(f.definition, f.into, f.to_root, stored(f.definition))
+                   for f in members]
+        return make_epilogue(root, members, stored(root), self._buffers())
+
+    def fuse(self, consumer, into=None, at=None):
+        """Run `consumer` in the epilogue of the definition it reads (`into`, when it reads
+        several): where the producer's nest has an element's final value -- a blocked
+        matmul's register tile after its k loop -- the consumer's code runs on it, and the
+        producer's result is not stored unless something else reads it. The producer
+        keeps its schedule; a fusion it does not allow is refused with the reason.
+
+        `at=loop` instead computes the producer inside the consumer's loop `at`, tile by
+        tile, from its definition (compute_at)."""
+        if at is not None:
+            return self._compute_inside(consumer, at)
+        from .epilogue import Fused
+        cons = self[consumer]
+        d = cons.definition
+        if d in self._fused:
+            raise ScheduleError(f"fuse: {d.name} is already fused into "
+                                f"{self._fused[d].into.name}")
+        candidates = fusion.fusion_candidates(self.program, self._fused, d)
+        if into is not None:
+            want = self[into].definition
+            want = self._fused[want].into if want in self._fused else want
+            if want not in candidates:
+                raise ScheduleError(f"fuse: {d.name} does not read {self[into].name}")
+            candidates = [want]
+        if not candidates:
+            raise ScheduleError(f"fuse: {d.name} reads no definition to fuse into")
+        if len(candidates) > 1 and into is None:
+            names = ", ".join(c.name for c in candidates)
+            raise ScheduleError(f"fuse: {d.name} reads several definitions ({names}); "
+                                f"say which with into=")
+        root = candidates[0]
+        own = [st for st in self.history if st.stage.partition("#")[0] == d.name]
+        if own or cons.specializations:
+            raise ScheduleError(f"fuse: {d.name} has a schedule of its own ({len(own)} "
+                                f"steps); in {root.name}'s epilogue it runs in "
+                                f"{root.name}'s loops and those steps would be dropped: "
+                                "fuse before scheduling it")
+        for x in (d, root):
+            if x in self._hosted_by or any(h is x for h in self._hosted_by.values()):
+                raise ScheduleError(f"fuse: {x.name} takes part in a compute_at; fuse "
+                                    "before computing definitions inside others")
+        mapping, why = fusion.try_join(self.program, self._fused, d, root)
+        if why is not None:
+            raise ScheduleError(f"fuse: {d.name} cannot run in {root.name}'s epilogue: {why}")
+        self._fused[d] = Fused(d, root, mapping, False)
+        try:
+            self._stages[root].lower(self._buffers(), self._states, self._epilogue(root))
+        except ScheduleError:
+            del self._fused[d]
+            raise
+        self._record(Fuse(d.name, root.name))
+        return self
+
+    def unfuse(self, consumer):
+        """Compute `consumer` in its own nest again (and the members that read it)."""
+        d = self[consumer].definition
+        if d not in self._fused:
+            raise ScheduleError(f"unfuse: {d.name} is not fused into another definition")
+        drop = [d]
+        for m, f in list(self._fused.items()):
+            if f.into is self._fused[d].into and any(t in drop for t in m.reads()):
+                drop.append(m)
+        for m in drop:
+            self._fused.pop(m, None)
+        self._record(Unfuse(d.name))
+        return self
+
+    @property
+    def kernels(self):
+        """[(root, [fused consumers])]: the kernels of the program, in order."""
+        root_of = {d: f.into for d, f in self._fused.items()}
+        return [(d, [m for m, f in self._fused.items() if f.into is d])
+                for d in fusion.stage_order(self.program, root_of)]
+
+    def _compute_inside(self, consumer, at):
+        """fuse(consumer, at=loop): compute the producer inside the consumer's loop."""
         cons = self[consumer]
         producers = [t for t in cons.definition.reads()
                      if t in self._stages and t not in self._hosted_by]
@@ -104,16 +197,15 @@ class Schedule:
             names = ", ".join(t.name for t in producers) or "none"
             raise ScheduleError(f"fuse: {cons.name} must read exactly one definition to fuse "
                                 f"with (it reads: {names})")
-        if at is None:
-            if not cons.loops:
-                raise ScheduleError(f"fuse: {cons.name} has no loop to fuse into")
-            at = cons.loops[0]
         self[producers[0]].compute_at(cons, at)
         return self
 
-    def auto(self):
+    def auto(self, fuse=True):
+        """The built-in heuristics: kernel formation (each consumer fused into the kernel
+        of a definition it reads, where the index maps allow; `fuse=False` leaves every
+        definition its own nest), then each kernel's schedule."""
         from .auto import auto_schedule
-        auto_schedule(self)
+        auto_schedule(self, fuse)
         return self
 
     def __str__(self):
@@ -170,6 +262,10 @@ class Schedule:
                 stage.pack(st.tensor, st.at, st.layout)
             elif isinstance(st, ComputeAt):
                 stage.compute_at(st.consumer, st.at)
+            elif isinstance(st, Fuse):
+                self.fuse(st.stage, into=st.into)
+            elif isinstance(st, Unfuse):
+                self.unfuse(st.stage)
             elif isinstance(st, SetKind):
                 stage._kind(st.loop, LoopKind(st.kind), st.tail)
             elif isinstance(st, Specialize):
@@ -201,6 +297,6 @@ def schedule(out, fast_math=True):
     return Schedule(out, fast_math)
 
 
-def default_schedule(program, fast_math=True):
+def default_schedule(program, fast_math=True, fuse=True):
     """What `tex.compile(out)` uses: the built-in heuristics."""
-    return Schedule(program, fast_math).auto()
+    return Schedule(program, fast_math).auto(fuse)

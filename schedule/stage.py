@@ -71,6 +71,7 @@ class StageState:
     private: Index = None       # a reduction loop whose partial results are kept apart
     packs: tuple = ()           # (tensor, loop var): copy the tile read below the loop
     hosted: tuple = ()          # (producer definition, loop var): computed below the loop
+    epilogue: object = None     # consumers run where an element is final (epilogue.py)
 
     def axis(self, var):
         for a in self.axes:
@@ -142,7 +143,7 @@ def lower_stage(state, buffers, states=None):
     value = _retarget(red.body if red is not None else d.expr, buffers, state.subst)
     value, inserts, padded = _local_tiles(state, value, buffers, states or {})
     if red is None:
-        body = _nest(state.axes, [Store(out_buf, out_index, value)], state.guards)
+        body = _nest(state.axes, _finish(state, out_buf, out_index, value), state.guards)
     elif state.private is None:
         body = _reduction_nest(state, value, out_buf, out_index, padded=padded)
     else:
@@ -352,7 +353,8 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
     shape = (parts,) if local else (parts,) + out_buf.shape
     scope = Scope.LOCAL if local else Scope.TEMP
     # with one part (a call-time part count of 1), the partial is the output itself
-    alias = out_buf if not local and not arg and part_dtype == out_buf.dtype else None
+    alias = out_buf if not local and not arg and part_dtype == out_buf.dtype and \
+        state.epilogue is None else None
     part = Buffer(f"{d.name}_part", shape, part_dtype, scope, alias)
     part_pos = Buffer(f"{d.name}_part_pos", shape, np.dtype("int64"), scope) if arg else None
     part_index = (p,) if local else (p,) + out_index
@@ -365,9 +367,10 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
         if guards:
             merge = (Guard(sp.And(*guards), merge),)
         return _reduction_nest(state, value, part_pos if arg else part, part_index,
-                               values_to=part if arg else None, after=merge, split_at=start)
+                               values_to=part if arg else None, after=merge, split_at=start,
+                               final=False)
     partial = _reduction_nest(state, value, part_pos if arg else part, part_index,
-                              values_to=part if arg else None, padded=padded)
+                              values_to=part if arg else None, padded=padded, final=False)
     extents = [d.extents[x] for x in d.indices]
     for n in reversed(range(len(merge_index))):
         kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
@@ -377,6 +380,34 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
         merge = () if not_one is sp.false else \
             merge if not_one is sp.true else (Guard(not_one, merge),)
     return partial + merge
+
+
+def _finish(state, out_buf, out_index, result, at=None, lanes=None):
+    """The statements that write a final element of the stage's definition: its store,
+    or its fused consumers' epilogue (`at`: the definition's indices there, default the
+    stage's loops; `lanes`: the vector loop around them, (var, width), if any)."""
+    epi = state.epilogue
+    if epi is None:
+        return [Store(out_buf, tuple(out_index), result)]
+    from .epilogue import statements
+    d = state.definition
+    at = at if at is not None else {x: state.subst[x] for x in d.indices}
+    stores = [Store(out_buf, tuple(out_index), result)] if epi.store_root else []
+    return stores + statements(epi, at, result, state.fast_math, lanes)
+
+
+def _accumulates_in_memory(state, why):
+    """Refuse an epilogue on a nest where no point sees a final element."""
+    if state.epilogue is not None:
+        d = state.definition
+        over = ", ".join(x.name for x in d.reduction.over)
+        names = ", ".join(f.definition.name for f in state.epilogue.members)
+        raise ScheduleError(
+            f"fuse: {d.name} accumulates its {d.reduction.combiner} over {over} in memory "
+            f"({why}), so no point of its nest sees a finished element for {names} to "
+            f"read: a fused consumer never sees a partial result. Keep {d.name}'s reduction "
+            f"loops inside its output loops' tile (do not split {over} into blocks outside "
+            f"it), or unfuse {names}")
 
 
 def _merge(state, part, part_pos, part_index, q, parts, out_buf, out_index):
@@ -391,19 +422,22 @@ def _merge(state, part, part_pos, part_index, q, parts, out_buf, out_index):
         body.append(Store(pos, (), Const(0, "int64")))
     body.append(Loop(q, parts, (Update(acc, (), red.combiner, Access(part, part_index),
                                        state.fast_math, target),), reduction=True))
-    body.append(Store(out_buf, tuple(out_index), Access(target.buffer if target else acc, ())))
+    at = dict(zip(d.indices, out_index))
+    body += _finish(state, out_buf, out_index, Access(target.buffer if target else acc, ()), at)
     return tuple(body)
 
 
 def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
-                    split_at=None, padded=frozenset()):
+                    split_at=None, padded=frozenset(), final=True):
     """The loops of a reduction writing `out_buf[out_index]` (the position, for argmax;
     `values_to` then receives the best values too). The accumulator is initialised and
     written back around the outermost reduction loop, with a dimension for every output
     loop inside it -- or is the output itself when the types agree. When that tile is
     too big for registers but a reduction loop further in has a register-sized tile of
     output loops inside it, that loop gets a local accumulator of its own, combined into
-    the output after it (`_register_tile`: the micro-kernel of a blocked matmul)."""
+    the output after it (`_register_tile`: the micro-kernel of a blocked matmul).
+    `final`: out_buf receives the definition's elements (not partial results), so the
+    write-back runs the epilogue."""
     d, red = state.definition, state.definition.reduction
     private = state.private
     reducing = [a.reduction and a.var is not private for a in state.axes]
@@ -420,6 +454,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     register_tile = _fits_registers(state, inner_out, acc_dtype)
     if inner_out and not arg and acc_dtype == out_buf.dtype and not register_tile:
         acc, acc_index = out_buf, out_index          # accumulate in the output itself
+        if final:
+            names = ", ".join(a.var.name for a in inner_out)
+            _accumulates_in_memory(state, f"its reduction loop {inner[0].var.name} runs "
+                                          f"outside its loops {names}, a tile too large "
+                                          "for registers")
     else:
         # extents that shrink in a tail (Min(T, E - o*T)) are largest at o = 0
         shape = tuple(upper_bound(a.extent, loop_vars) for a in inner_out)
@@ -464,7 +503,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         body += _nest(inner_axes, [update], guards)
     if acc is not out_buf:
         result = Access(target.buffer if arg else acc, acc_index)
-        writes = [Store(out_buf, out_index, result)]
+        last = inner_out[-1] if inner_out else None
+        lanes = (last.var, int(last.extent)) if last is not None and \
+            last.kind is LoopKind.VECTOR and sp.sympify(last.extent).is_Integer else None
+        writes = _finish(state, out_buf, out_index, result, lanes=lanes) if final else \
+            [Store(out_buf, out_index, result)]
         if values_to is not None:
             writes.append(Store(values_to, out_index, Access(acc, acc_index)))
         body += _nest(inner_out, writes, out_guards)

@@ -50,6 +50,17 @@ class ComputeAt:
 
 
 @dataclass(frozen=True)
+class Fuse:
+    stage: str              # the consumer
+    into: str               # the producer whose epilogue runs it
+
+
+@dataclass(frozen=True)
+class Unfuse:
+    stage: str
+
+
+@dataclass(frozen=True)
 class SetKind:
     stage: str
     loop: str
@@ -64,7 +75,7 @@ class Specialize:
 
 
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
-                                         SetKind, Specialize)}
+                                         Fuse, Unfuse, SetKind, Specialize)}
 
 
 def recorded_parts(parts):

@@ -87,8 +87,11 @@ def get_num_threads():
     return _NUM_THREADS[0]
 
 
-def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"):
+def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True):
     """Compile a schedule, a definition, a tuple of definitions or a Program.
+
+    `fuse=False` (with a definition or program) compiles each definition in a nest of its
+    own, every intermediate stored: the unfused program, for comparison.
 
     `bounds_check=True` (or TEX_BOUNDS_CHECK=1 in the environment) checks every load
     and store of the generated code, which then runs one element at a time: an index
@@ -104,7 +107,7 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
                          f"not {casting!r}")
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
-        sched = default_schedule(as_program(target), fast_math)
+        sched = default_schedule(as_program(target), fast_math, fuse)
     elif target.fast_math and not fast_math:
         sched = Schedule(target.program, fast_math=False).replay(target.history)
     else:

@@ -1,0 +1,252 @@
+"""Consumers computed in their producer's epilogue: where a stage's nest has the final
+value of an element of its definition (a reduction's accumulator after its last
+reduction loop, an elementwise value at its store), the fused consumers' code runs on
+that value, in registers, and stores only their own results.
+
+    for jc: for ic (parallel): for jr: for ir:          C = A @ B, R = max_j C[i, j]
+      C_acc[0..6, 0..16] = 0
+      for k: for ii: for jj: C_acc[ii, jj] += A[i, k] * B_pack[jr, k, jj]
+      for ii: for jj:
+        if inside: R[i] = max(R[i], C_acc[ii, jj])      the epilogue; C is never stored
+
+A consumer's indices map onto the producer's (fusion.py finds the map): an elementwise
+consumer covers the producer's elements once each, in any order of its own indices
+(`T[j, i] = C[i, j] + bias[j]`); a reduction consumer reduces over some of them, and its
+updates run as the producer's tiles complete (the reduction's initialisation goes
+before the nest). Elementwise consumers may feed later consumers of the same epilogue:
+their values are substituted, not stored, unless something outside reads them.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from tex.combiners import COMBINERS
+from tex.errors import ScheduleError
+from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
+
+from .ir import Allocate, ArgTarget, Buffer, Loop, LoopKind, Scope, Store, Update
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A consumer computed in the epilogue of `into` (the group's root producer)."""
+    definition: object
+    into: object
+    to_root: dict            # the consumer's Index -> the root's Index it runs over
+    store: bool              # its result is written (an output, or read outside the group)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What a root producer's nest runs where an element of it is final."""
+    root: object
+    members: tuple           # Fused, in program order
+    store_root: bool         # the root's own element is written too
+    buffers: dict            # definition -> Buffer
+    values: dict             # reduction member with a position result -> its values buffer
+    lanes: dict              # reduction member -> Lanes, filled as nests use them
+
+
+def make_epilogue(root, members, store_root, buffers):
+    values = {}
+    for f in members:
+        red = f.definition.reduction
+        if red is not None and COMBINERS[red.combiner].positional:
+            dt = red.body.dtype
+            values[f.definition] = Buffer(f"{f.definition.name}_val", f.definition.shape, dt,
+                                          _scope(f.definition.shape, dt))
+    return Epilogue(root, tuple(members), store_root, buffers, values, {})
+
+
+@dataclass(frozen=True)
+class Lanes:
+    """Per-lane partial results of a reduction member whose reduced index runs along the
+    root's vector loop: the epilogue combines each tile's vector into them lane by lane
+    (no horizontal step per tile: an argmax's shuffle tree per row of every 6 x 16 tile
+    cost 12% of a 4096 x 1000 x 512 matmul), and one merge after the nest combines the
+    lanes of each element (argmax: equal values keep the smaller position, so the
+    lanes' order does not matter)."""
+    width: int
+    values: Buffer
+    positions: Buffer        # argmax/argmin, else None
+
+
+def _scope(shape, dtype):
+    small = all(sp.sympify(z).is_Integer for z in shape) and \
+        int(np.prod([int(z) for z in shape])) * np.dtype(dtype).itemsize <= 64 * 1024
+    return Scope.LOCAL if small else Scope.TEMP
+
+
+def statements(epi, at, result, fast_math, lanes=None):
+    """The epilogue at one element of the root: `at` maps each root index to its loop
+    expression there, `result` is the element's value (an expression); `lanes` the
+    vector loop (var, width) around this point, if any."""
+    values = {epi.root: result}
+    out = []
+    for f in epi.members:
+        d = f.definition
+        at_f = {x: at[r] for x, r in f.to_root.items()}
+        red = d.reduction
+        value = _rebuilt(red.body if red is not None else d.expr, at_f, values, epi.buffers)
+        index = tuple(at_f[x] for x in d.indices)
+        if red is None:
+            values[d] = value
+            if f.store:
+                out.append(Store(epi.buffers[d], index, value))
+            continue
+        fm = fast_math and red.fast_math
+        lane = _lanes(epi, f, at_f, lanes, fm)
+        if lane is not None:
+            index = index + (lanes[0],)
+            if lane.positions is not None:
+                position = _position(d, at_f)
+                target = ArgTarget(lane.positions, index, IndexValue(position))
+                out.append(Update(lane.values, index, red.combiner, value, fm, target))
+            else:
+                out.append(Update(lane.values, index, red.combiner,
+                                  value if value.dtype == red.dtype else cast(value, red.dtype),
+                                  fm))
+            continue
+        if COMBINERS[red.combiner].positional:
+            target = ArgTarget(epi.buffers[d], index, IndexValue(_position(d, at_f)))
+            out.append(Update(epi.values[d], index, red.combiner, value, fm, target))
+        else:
+            if value.dtype != red.dtype:
+                value = cast(value, red.dtype)
+            out.append(Update(epi.buffers[d], index, red.combiner, value, fm))
+    return out
+
+
+def _position(d, at_f):
+    """The flat position (row-major over the reduced indices) argmax/argmin report."""
+    position = sp.Integer(0)
+    for x in d.reduction.over:
+        position = position * d.extents[x] + at_f[x]
+    return position
+
+
+def _lanes(epi, f, at_f, lanes, fast_math):
+    """The Lanes of reduction member f at this point, or None: when the vector loop
+    moves along one of f's reduced indices but not its own, and f's combiner may be
+    regrouped."""
+    d = f.definition
+    red = d.reduction
+    if lanes is None:
+        return None
+    var, width = lanes
+    moves = [x for x in red.over if var in sp.sympify(at_f[x]).free_symbols]
+    still = all(var not in sp.sympify(at_f[x]).free_symbols for x in d.indices)
+    acc = red.body.dtype if COMBINERS[red.combiner].positional else red.dtype
+    if not moves or not still or not COMBINERS[red.combiner].may_reassociate(acc, fast_math):
+        return None
+    if d not in epi.lanes:
+        shape = tuple(d.shape) + (width,)
+        positions = Buffer(f"{d.name}_lane_pos", shape, np.dtype("int64"),
+                           _scope(shape, "int64")) if d in epi.values else None
+        epi.lanes[d] = Lanes(width, Buffer(f"{d.name}_lanes", shape, acc, _scope(shape, acc)),
+                             positions)
+    lane = epi.lanes[d]
+    return lane if lane.width == width else None
+
+
+def _rebuilt(expr, at, values, buffers):
+    def fn(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access):
+            if node.tensor in values:
+                return values[node.tensor]      # the root's value, or an earlier member's
+            return Access(buffers[node.tensor],
+                          [sp.sympify(ix).xreplace(at) for ix in node.index])
+        if isinstance(node, IndexValue):
+            return IndexValue(node.expr.xreplace(at))
+        return node
+    return rebuild(expr, fn)
+
+
+def around(epi, body):
+    """The root's stage body with the reduction members' initialisation before it, the
+    merge of their lanes after it, and their buffers (argmax values, lanes) allocated
+    around it."""
+    from .stage import identity
+    inits, merges = [], []
+    for f in epi.members:
+        d = f.definition
+        red = d.reduction
+        if red is None:
+            continue
+        idx = tuple(Index(x.name) for x in d.indices)
+        target = epi.values.get(d, epi.buffers[d])
+        stores = [Store(target, idx, identity(red.combiner, target.dtype))]
+        if d in epi.values:
+            stores.append(Store(epi.buffers[d], idx, Const(0, "int64")))
+        lane = epi.lanes.get(d)
+        if lane is not None:
+            q = Index("lane")
+            lidx = idx + (q,)
+            fill = [Store(lane.values, lidx, identity(red.combiner, lane.values.dtype))]
+            arg = None
+            if lane.positions is not None:     # a position no real one ties with
+                fill.append(Store(lane.positions, lidx, Const(2**63 - 1, "int64")))
+                arg = ArgTarget(epi.buffers[d], idx, Access(lane.positions, lidx))
+            stores.append(Loop(q, lane.width, tuple(fill)))
+            merge = Update(target, idx, red.combiner, Access(lane.values, lidx),
+                           red.fast_math, arg)
+            merges.extend(_over(d, idx, (Loop(q, lane.width, (merge,), reduction=True),),
+                                LoopKind.PARALLEL))
+        inits.extend(_over(d, idx, tuple(stores)))
+    body = tuple(inits) + tuple(body) + tuple(merges)
+    buffers = list(epi.values.values()) + [b for lane in epi.lanes.values()
+                                           for b in (lane.values, lane.positions) if b]
+    for buf in buffers:
+        body = (Allocate(buf, body),)
+    return body
+
+
+def _over(d, idx, body, kind=LoopKind.SERIAL):
+    """`body` in loops over d's elements (idx: fresh variables for d's indices)."""
+    for n, (x, ix) in reversed(list(enumerate(zip(d.indices, idx)))):
+        body = (Loop(ix, d.extents[x], body, kind if n == 0 else LoopKind.SERIAL),)
+    return body
+
+
+def check_races(epi, stage_body, root_name):
+    """Refuse an epilogue whose reduction updates threads would share: an update inside
+    a parallel loop whose target does not move with that loop (two threads combining
+    into one element)."""
+    targets = {id(epi.buffers[f.definition]): f.definition for f in epi.members
+               if f.definition.reduction is not None}
+    targets.update({id(b): d for d, b in epi.values.items()})
+
+    def visit(node, parallel):
+        if isinstance(node, Loop) and node.kind is LoopKind.PARALLEL:
+            parallel = parallel + (node,)
+        if isinstance(node, Update) and id(node.buffer) in targets:
+            moves = set().union(*(sp.sympify(ix).free_symbols for ix in node.index)) \
+                if node.index else set()
+            for loop in parallel:
+                if loop.var not in moves:
+                    d = targets[id(node.buffer)]
+                    over = ", ".join(x.name for x in d.reduction.over)
+                    raise ScheduleError(
+                        f"fuse: {d.name} reduces over {over} in {root_name}'s epilogue, but "
+                        f"{root_name}'s loop {loop.var.name} runs in parallel over it: two "
+                        f"threads would combine into one element of {d.name}; make that "
+                        f"loop serial or unfuse {d.name}")
+        for child in getattr(node, "body", ()):
+            visit(child, parallel)
+    for node in stage_body:
+        visit(node, ())
+
+
+def describe(epi):
+    """`C -> R (max over j), T (stored)`: the kernel's contents in a few words."""
+    parts = []
+    for f in epi.members:
+        d = f.definition
+        red = d.reduction
+        what = f"{red.combiner} over {', '.join(x.name for x in red.over)}" if red else \
+            ("stored" if f.store else "in registers")
+        parts.append(f"{d.name} ({what})")
+    root = epi.root.name + ("" if epi.store_root else " (not stored)")
+    return f"{root} -> {', '.join(parts)}"

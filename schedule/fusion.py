@@ -1,0 +1,132 @@
+"""Kernel formation: which consumers run in a producer's epilogue (epilogue.py), and why
+the others do not.
+
+A group is a root definition and the consumers fused into it. A consumer joins a group
+when every read it makes of the group's members is at plain indices that map its own
+indices one to one onto the root's output indices (`T[j, i] = C[i, j] + bias[j]`: j -> j,
+i -> i; `R[i] = max(C[i, j], over=j)`: i -> i, j -> j), over the same extents: then each
+element of the root is final at one point of the root's nest, and the consumer's code
+for that element runs there. Reads at an offset (`C[i, j + 1]`), broadcasts (an index
+of the consumer the root does not have: the root would be recomputed) and reads of a
+reduction member (complete only after the whole nest) do not fuse. A group is one
+kernel of the program's DAG: fusing must keep the DAG of groups acyclic.
+
+Whether the root's schedule allows the epilogue (a point where an element is final,
+no two threads combining into one element of a reduction consumer) is decided when
+the nest is lowered (stage.py, epilogue.py).
+"""
+import networkx as nx
+import sympy as sp
+
+from tex.expr import Access, Index, walk as walk_expr
+from tex.tensor import Definition
+
+
+def consumer_map(consumer, root, members):
+    """The map of `consumer`'s indices onto `root`'s, or a string saying why it does not
+    fuse. `members`: {member definition: {its index: root index}} (the root maps to
+    itself); reduction members other than the root cannot be read."""
+    red = consumer.reduction
+    own = list(consumer.indices) + list(red.over if red is not None else ())
+    mapping = {}
+    reads = [a for a in walk_expr(consumer.expr) if isinstance(a, Access) and a.tensor in members]
+    if not reads:
+        return f"{consumer.name} reads no member of the kernel"
+    for a in reads:
+        m = a.tensor
+        if m is not root and m.reduction is not None:
+            return (f"{consumer.name} reads {m.name}, a reduction that is complete only "
+                    "after the whole nest")
+        for axis, (ix, own_index) in enumerate(zip(a.index, m.indices)):
+            ix = sp.sympify(ix)
+            if not isinstance(ix, Index) or ix not in own:
+                return (f"{consumer.name} reads {m.name}[{', '.join(map(str, a.index))}]: "
+                        f"dimension {axis} is not a plain index of {consumer.name} (an "
+                        "offset or expression reads elements other tiles compute)")
+            target = members[m][own_index]
+            if mapping.setdefault(ix, target) is not target:
+                return (f"{consumer.name} reads {m.name} with index {ix} at two different "
+                        "positions")
+    missing = [x for x in own if x not in mapping]
+    if missing:
+        return (f"index {missing[0].name} of {consumer.name} is not an index of "
+                f"{root.name}: fused, {root.name} would be recomputed for each "
+                f"{missing[0].name}")
+    if set(mapping.values()) != set(root.indices) or len(mapping) != len(root.indices):
+        return (f"{consumer.name} does not cover each element of {root.name} exactly once "
+                "(its indices map onto only some of the root's)")
+    for x, r in mapping.items():
+        if sp.simplify(consumer.extents[x] - root.extents[r]) != 0:
+            return (f"{consumer.name}'s index {x.name} runs over {consumer.extents[x]} but "
+                    f"{root.name}'s {r.name} over {root.extents[r]}")
+    return mapping
+
+
+def _contracted(program, root_of):
+    """The DAG of definitions with each group (`root_of`: member -> root) one node."""
+    g = nx.DiGraph()
+    for d in program.definitions:
+        g.add_node(root_of.get(d, d))
+        for t in d.reads():
+            if isinstance(t, Definition):
+                a, b = root_of.get(t, t), root_of.get(d, d)
+                if a is not b:
+                    g.add_edge(a, b)
+    return g
+
+
+def groups_acyclic(program, root_of):
+    return nx.is_directed_acyclic_graph(_contracted(program, root_of))
+
+
+def stage_order(program, root_of):
+    """The roots and unfused definitions in an order that respects the contracted DAG
+    (ties by program order)."""
+    rank = {d: n for n, d in enumerate(program.definitions)}
+    return list(nx.lexicographical_topological_sort(_contracted(program, root_of),
+                                                    key=lambda d: rank[d]))
+
+
+def members_of(fused, root):
+    """{member: its map to the root} for the root and the consumers fused into it."""
+    out = {root: {x: x for x in root.indices}}
+    for d, f in fused.items():
+        if f.into is root:
+            out[d] = f.to_root
+    return out
+
+
+def fusion_candidates(program, fused, consumer):
+    """The roots `consumer` could join: those of the definitions it reads, reductions
+    (the expensive producers) first."""
+    roots = []
+    for t in consumer.reads():
+        if isinstance(t, Definition):
+            r = fused[t].into if t in fused else t
+            if r not in roots:
+                roots.append(r)
+    return sorted(roots, key=lambda r: r.reduction is None)
+
+
+def try_join(program, fused, consumer, root):
+    """(map, None) when `consumer` may join `root`'s group, else (None, why)."""
+    mapping = consumer_map(consumer, root, members_of(fused, root))
+    if isinstance(mapping, str):
+        return None, mapping
+    root_of = {d: f.into for d, f in fused.items()}
+    root_of[consumer] = root
+    if not groups_acyclic(program, root_of):
+        return None, (f"{consumer.name} reads a definition that itself reads {root.name}'s "
+                      "kernel: fused, the kernels would depend on each other")
+    return mapping, None
+
+
+def outside_readers(program, fused, d):
+    """Definitions outside d's group that read d (so d must be stored)."""
+    root = fused[d].into if d in fused else d
+    out = []
+    for r in program.graph.successors(d):
+        group = fused[r].into if r in fused else r
+        if group is not root:
+            out.append(r)
+    return out

@@ -80,15 +80,12 @@ def _form_kernels(sched):
     from . import fusion
     for d in sched.program.definitions:
         for root in fusion.fusion_candidates(sched.program, sched._fused, d):
-            _, why = fusion.try_join(sched.program, sched._fused, d, root)
-            if why is None:
-                try:
-                    sched.fuse(d, into=root)
-                except ScheduleError as e:
-                    why = str(e).partition(": ")[2]
-                else:
-                    break
-            sched.not_fused[(d.name, root.name)] = why
+            try:
+                sched.fuse(d, into=root)
+                break
+            except ScheduleError as e:
+                why = str(e).partition(": ")[2]
+                sched.not_fused[(d.name, root.name)] = why.partition("epilogue: ")[2] or why
 
 
 def _reduced_by_members(epilogue):
@@ -110,8 +107,8 @@ def _auto_fused_root(stage, epilogue):
     keeps its default order. The threads never share a loop over an index a consumer
     reduces over."""
     from .blocking import block_fused_contraction, contraction_roles, default_blocking, \
-        operand_bytes
-    d = stage.definition
+        operand_bytes, sliced_blocking
+    d = stage.state.definition              # (a sliced root: its slices' definition)
     avoid = _reduced_by_members(epilogue)
     red = d.reduction
     # (a consumer storing T[j, i] still gets j on vectors: its tile is stored transposed
@@ -121,12 +118,16 @@ def _auto_fused_root(stage, epilogue):
     if roles is not None and COMBINERS[red.combiner].may_reassociate(red.dtype,
                                                                        stage.state.fast_math):
         blocking = default_blocking(red.dtype, operand_bytes(roles))
+        slices = epilogue.slices
+        if slices is not None:
+            blocking = sliced_blocking(d, roles, blocking, slices, target().lanes(red.dtype))
         rows, cols = d.extents[roles.i], d.extents[roles.j]
         few = 2 * target().lanes(red.dtype)
         cond = sp.And(sp.GreaterThan(rows, blocking.mr), sp.GreaterThan(cols, few))
         if cond is not sp.false:
             spec = stage if cond is sp.true else stage.specialize(cond)
-            block_fused_contraction(spec, roles, blocking, avoid)
+            block_fused_contraction(spec, roles, blocking, avoid,
+                                    slices.var if slices is not None else None)
             if cond is sp.true:
                 return
     if red is not None and len(d.indices) == 1 and not avoid:

@@ -141,7 +141,22 @@ def default_blocking(dtype, operand_bytes, machine=None):
 FUSED_NC = 112      # columns of B a fused nest packs (at most; a multiple of NR): 7 AVX2 panels
 
 
-def block_fused_contraction(stage, roles, blocking, avoid=frozenset()):
+def sliced_blocking(defn, roles, blocking, slices, lanes):
+    """The register tile of a contraction computed as slices (fusion.Slicing: GEGLU's
+    two halves of B): each slice gets a share of the tile's columns when B reads the
+    slice index (2 x 6 x 8 float32 on AVX2: A broadcast once for both), of its rows
+    when A does."""
+    from dataclasses import replace
+    s, count = slices.var, slices.count
+    b_reads = any(isinstance(a, Access) and a.tensor is roles.b and
+                  any(s in sp.sympify(ix).free_symbols for ix in a.index)
+                  for a in walk_expr(defn.reduction.body))
+    if b_reads and blocking.nr // count >= lanes:
+        return replace(blocking, nr=blocking.nr // count // lanes * lanes)
+    return replace(blocking, mr=max(1, blocking.mr // count))
+
+
+def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var=None):
     """The blocked schedule for a contraction with fused consumers: the whole of k runs
     inside the register tile, so each tile's sum is final after its k loop and the
     consumers' epilogue reads it in registers:
@@ -156,7 +171,8 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset()):
     A is read in place: MR rows of it, each streamed along k (measured on Zen 3 as fast
     as packing it, 1024^3 and 512 x 1024 x 4096). The threads share the first batch loop
     and the ic blocks, or the jr panels when a consumer reduces over i; never a loop
-    over an index in `avoid` (those a fused consumer reduces over)."""
+    over an index in `avoid` (those a fused consumer reduces over). A sliced root's slice
+    index `slice_var` runs in the tile, unrolled, between k and the tile's rows."""
     bl = blocking
     nc = max(bl.nr, FUSED_NC // bl.nr * bl.nr)
     jc, j1 = stage.split(roles.j, nc)
@@ -164,15 +180,18 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset()):
     ic, i1 = stage.split(roles.i, bl.mc)
     ir, ii = stage.split(i1, bl.mr, tail="guard")
     others = [h for h in stage.loops if h.is_reduction]
-    batch = [h for h in stage.loops
-             if not h.is_reduction and h.var not in {x.var for x in (jc, jr, jj, ic, ir, ii)}]
-    stage.reorder(*batch, jc, ic, jr, ir, *others, ii, jj)
+    sliced = [h for h in stage.loops if h.var is stage.state.subst.get(slice_var)]
+    batch = [h for h in stage.loops if not h.is_reduction and h.var not in
+             {x.var for x in [jc, jr, jj, ic, ir, ii] + sliced}]
+    stage.reorder(*batch, jc, ic, jr, ir, *others, *sliced, ii, jj)
     stage.pack(roles.b, jc, layout="loops")
-    if not _streams_along(stage.definition, roles.a, roles.k):
+    if not _streams_along(stage.state.definition, roles.a, roles.k):
         stage.pack(roles.a, ic, layout="loops")
+    for loop in sliced:
+        stage.unroll(loop)
     stage.unroll(ii)
     stage.vectorize(jj, tail="mask")
-    origin = {stage.state.subst[x]: x for x in stage.definition.indices}
+    origin = {stage.state.subst[x]: x for x in stage.state.definition.indices}
     parallel = [b for b in batch[:1] if origin.get(b.var) not in avoid]
     parallel += [ic] if roles.i not in avoid else [jr] if roles.j not in avoid else []
     for loop in parallel:

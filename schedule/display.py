@@ -9,9 +9,11 @@ def schedule_html(s):
     hosted = {}
     for producer, consumer in s._hosted_by.items():
         hosted.setdefault(consumer, []).append(producer.name)
+    for consumer, fused in s._fused.items():
+        hosted.setdefault(fused.into, []).append(f"{consumer.name} (epilogue)")
     rows = []
     for st in s.stages:
-        if st.definition in s._hosted_by:
+        if st.definition in s._hosted_by or st.definition in s._fused:
             continue
         loops = ", ".join(_loop_text(h) for h in st.loops)
         inside = ", ".join(hosted.get(st.definition, [])) or ""
@@ -23,6 +25,7 @@ def schedule_html(s):
                f"{code(p.signature())}",
                table(["kernel stage", "computes", "loops (outermost first)",
                       "computed inside", "specializations"], rows),
+               _not_fused(s),
                "<div>loop nest:</div>" + pre(str(s)),
                f"<div>history ({len(s.history)} step{'s' if len(s.history) != 1 else ''},"
                f" replayable on a fresh schedule: "
@@ -30,6 +33,12 @@ def schedule_html(s):
                (f"<ol>{history}</ol>" if history else "<div><i>no steps: the default "
                                                       "loop nest</i></div>"))
 
+
+
+def _not_fused(s):
+    rows = [(c, p, why) for (c, p), why in s.not_fused.items()
+            if s[c].definition not in s._fused]
+    return table(["not fused", "into", "why"], rows) if rows else ""
 
 
 def _outputs(p):

@@ -46,9 +46,15 @@ class Epilogue:
     buffers: dict            # definition -> Buffer
     values: dict             # reduction member with a position result -> its values buffer
     lanes: dict              # reduction member -> Lanes, filled as nests use them
+    slices: object = None    # fusion.Slicing when the root is computed as slices
 
 
-def make_epilogue(root, members, store_root, buffers):
+def identity(combiner, dtype):
+    """The value a reduction starts from: the combiner's identity element, a Const."""
+    return Const(COMBINERS[combiner].identity(dtype), np.dtype(dtype))
+
+
+def make_epilogue(root, members, store_root, buffers, slices=None):
     values = {}
     for f in members:
         red = f.definition.reduction
@@ -56,7 +62,7 @@ def make_epilogue(root, members, store_root, buffers):
             dt = red.body.dtype
             values[f.definition] = Buffer(f"{f.definition.name}_val", f.definition.shape, dt,
                                           _scope(f.definition.shape, dt))
-    return Epilogue(root, tuple(members), store_root, buffers, values, {})
+    return Epilogue(root, tuple(members), store_root, buffers, values, {}, slices)
 
 
 @dataclass(frozen=True)
@@ -80,15 +86,16 @@ def _scope(shape, dtype):
 
 def statements(epi, at, result, fast_math, lanes=None):
     """The epilogue at one element of the root: `at` maps each root index to its loop
-    expression there, `result` is the element's value (an expression); `lanes` the
-    vector loop (var, width) around this point, if any."""
+    expression there, `result` is the element's value (an expression; for a sliced root,
+    {slice: its value}); `lanes` the vector loop (var, width) around this point, if any."""
     values = {epi.root: result}
     out = []
     for f in epi.members:
         d = f.definition
         at_f = {x: at[r] for x, r in f.to_root.items()}
         red = d.reduction
-        value = _rebuilt(red.body if red is not None else d.expr, at_f, values, epi.buffers)
+        value = _rebuilt(red.body if red is not None else d.expr, at_f, values, epi.buffers,
+                         epi.slices)
         index = tuple(at_f[x] for x in d.indices)
         if red is None:
             values[d] = value
@@ -150,12 +157,13 @@ def _lanes(epi, f, at_f, lanes, fast_math):
     return lane if lane.width == width else None
 
 
-def _rebuilt(expr, at, values, buffers):
+def _rebuilt(expr, at, values, buffers, slices=None):
     def fn(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Access):
             if node.tensor in values:
-                return values[node.tensor]      # the root's value, or an earlier member's
+                value = values[node.tensor]     # the root's value, or an earlier member's
+                return value[slices.number(node.index)] if isinstance(value, dict) else value
             return Access(buffers[node.tensor],
                           [sp.sympify(ix).xreplace(at) for ix in node.index])
         if isinstance(node, IndexValue):
@@ -168,7 +176,6 @@ def around(epi, body):
     """The root's stage body with the reduction members' initialisation before it, the
     merge of their lanes after it, and their buffers (argmax values, lanes) allocated
     around it."""
-    from .stage import identity
     inits, merges = [], []
     for f in epi.members:
         d = f.definition
@@ -240,13 +247,18 @@ def check_races(epi, stage_body, root_name):
 
 
 def describe(epi):
-    """`C -> R (max over j), T (stored)`: the kernel's contents in a few words."""
+    """`R (max over j) in its epilogue; C not stored`: the kernel's contents in a few
+    words, for the printed nest."""
     parts = []
     for f in epi.members:
         d = f.definition
         red = d.reduction
-        what = f"{red.combiner} over {', '.join(x.name for x in red.over)}" if red else \
-            ("stored" if f.store else "in registers")
+        if red is not None:
+            what = f"{red.combiner} over {', '.join(x.name for x in red.over)}"
+        else:
+            what = "stored" if f.store else "in registers"
         parts.append(f"{d.name} ({what})")
-    root = epi.root.name + ("" if epi.store_root else " (not stored)")
-    return f"{root} -> {', '.join(parts)}"
+    root = epi.root.name
+    sliced = f"; {root} as {epi.slices.count} slices" if epi.slices is not None else ""
+    stored = "" if epi.store_root else f"; {root} not stored"
+    return f"{', '.join(parts)} in its epilogue{sliced}{stored}"

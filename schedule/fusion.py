@@ -15,6 +15,8 @@ Whether the root's schedule allows the epilogue (a point where an element is fin
 no two threads combining into one element of a reduction consumer) is decided when
 the nest is lowered (stage.py, epilogue.py).
 """
+from dataclasses import dataclass
+
 import networkx as nx
 import sympy as sp
 
@@ -130,3 +132,119 @@ def outside_readers(program, fused, d):
         if group is not root:
             out.append(r)
     return out
+
+
+# ---------------------------------------------------------------- horizontal fusion
+
+@dataclass(frozen=True)
+class Slicing:
+    """A consumer reads the root at several offsets along one output axis (GEGLU's
+    `C[i, j]` and `C[i, j + H]`): the root is computed as its slices, `definition`
+    `Cs[s, ...] = C[..., x + base + s*step, ...]` for s in 0..count, over the consumer's
+    range of x. Computed in one nest, the slices of a contraction share the reads of the
+    other operand (each A element loaded once per k step for both halves of B), and the
+    consumer's epilogue reads every slice of an element at once."""
+    axis: int
+    base: object
+    step: object
+    count: int
+    var: Index              # the slice index of `definition`
+    definition: Definition
+
+    def number(self, index):
+        """Which slice a read of the root at `index` (the consumer's indices) is."""
+        ix = sp.expand(sp.sympify(index[self.axis]))
+        plain = next(x for x in ix.free_symbols if isinstance(x, Index))
+        return int(sp.simplify((ix - plain - self.base) / self.step))
+
+
+def _plain_plus_offset(ix):
+    """(index, offset) for `x + offset` (offset free of indices), else None."""
+    ix = sp.expand(sp.sympify(ix))
+    xs = [x for x in ix.free_symbols if isinstance(x, Index)]
+    if len(xs) != 1 or ix.coeff(xs[0]) != 1:
+        return None
+    offset = ix - xs[0]
+    if any(isinstance(x, Index) for x in offset.free_symbols):
+        return None
+    return xs[0], offset
+
+
+def slice_plan(consumer, root):
+    """The Slicing that lets `consumer` (reading `root` at offsets along one axis) fuse,
+    or a string saying why there is none."""
+    red = root.reduction
+    if red is None:
+        return f"{root.name} is not a reduction (only a reduction's slices share work)"
+    reads = [a for a in walk_expr(consumer.expr) if isinstance(a, Access) and a.tensor is root]
+    plain, offsets = None, set()
+    for a in reads:
+        parts = [_plain_plus_offset(ix) for ix in a.index]
+        if any(p is None for p in parts):
+            return f"{consumer.name} reads {root.name} at an index that is not index + offset"
+        xs = [p[0] for p in parts]
+        if plain is None:
+            plain = xs
+        elif xs != plain:
+            return f"{consumer.name} reads {root.name} with different indices"
+        offsets.add(tuple(sp.sympify(p[1]) for p in parts))
+    varying = [ax for ax in range(root.ndim) if len({o[ax] for o in offsets}) > 1]
+    if len(varying) != 1 or any(o[b] != 0 for o in offsets for b in range(root.ndim)
+                                if b != varying[0]):
+        return f"{consumer.name} reads {root.name} at offsets along more than one axis"
+    ax = varying[0]
+    values = list({o[ax] for o in offsets})
+    try:
+        values = sorted(values, key=lambda v: sum(bool((v - w).is_positive) for w in values))
+        base, step = values[0], sp.simplify(values[1] - values[0])
+        if not step.is_positive or any(sp.simplify(v - base - n * step) != 0
+                                       for n, v in enumerate(values)):
+            raise ValueError
+    except (ValueError, TypeError):
+        return (f"{consumer.name}'s offsets into {root.name} ({', '.join(map(str, values))}) "
+                "are not evenly spaced and ordered")
+    x = plain[ax]
+    extent = consumer.extents[x]
+    if step.is_Integer and step < 64 or (extent - step).is_positive:
+        return (f"{consumer.name} reads {root.name} at neighbouring offsets "
+                f"({', '.join(map(str, values))}) along {x.name}: its slices overlap, and "
+                "fused, each tile would need elements other tiles compute")
+    return _sliced(root, ax, base, step, len(values), extent)
+
+
+def _sliced(root, axis, base, step, count, extent):
+    from tex.expr import IndexValue, Reduce, rebuild, with_children
+    red = root.reduction
+    x = root.indices[axis]
+    s = Index("s")
+    moved = {x: x + base + s * step}
+
+    def fn(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access):
+            return Access(node.tensor, [sp.sympify(ix).xreplace(moved) for ix in node.index])
+        if isinstance(node, IndexValue):
+            return IndexValue(node.expr.xreplace(moved))
+        return node
+    body = rebuild(red.body, fn)
+    expr = Reduce(red.combiner, body, red.over, red.dtype, red.fast_math, red.strict)
+    extents = dict(root.extents)
+    extents[x] = extent
+    extents[s] = sp.Integer(count)
+    sliced = Definition(root.name, (s,) + tuple(root.indices), expr, extents)
+    return Slicing(axis, base, step, count, s, sliced)
+
+
+def sliced_map(consumer, root, slicing):
+    """The consumer's index map onto the sliced root (its s index excluded), or why not."""
+    red = consumer.reduction
+    own = list(consumer.indices) + list(red.over if red is not None else ())
+    read = next(a for a in walk_expr(consumer.expr) if isinstance(a, Access) and a.tensor is root)
+    mapping = {_plain_plus_offset(ix)[0]: r for ix, r in zip(read.index, root.indices)}
+    if set(mapping) != set(own):
+        return (f"{consumer.name}'s indices do not map one to one onto {root.name}'s")
+    for x, r in mapping.items():
+        if sp.simplify(consumer.extents[x] - slicing.definition.extents[r]) != 0:
+            return (f"{consumer.name}'s index {x.name} runs over {consumer.extents[x]} but "
+                    f"{root.name}'s {r.name} over {root.extents[r]}")
+    return mapping

@@ -216,11 +216,13 @@ class StageHandle:
                 body.append(Guard(cond, nest(spec.state)))
                 taken.append(spec.condition)
             body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own))
+        note = None
         if epilogue is not None:
-            from .epilogue import around, check_races
+            from .epilogue import around, check_races, describe
             check_races(epilogue, body, self.definition.name)
             body = around(epilogue, body)
-        return Stage(self.definition, tuple(body))
+            note = describe(epilogue)
+        return Stage(self.definition, tuple(body), note)
 
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""

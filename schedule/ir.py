@@ -131,6 +131,7 @@ class Update(Node):
 class Stage(Node):
     definition: object
     body: tuple
+    note: str = None            # what else the stage computes (fused consumers)
 
 
 @dataclass(frozen=True, eq=False)

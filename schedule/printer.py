@@ -76,7 +76,7 @@ def _emit(node, names, ind, lines):
         for s in node.body:
             _emit(s, names, ind, lines)
     elif isinstance(node, Stage):
-        lines.append(f"{pad}# {node.definition.name}")
+        lines.append(f"{pad}# {node.definition.name}" + (f": {node.note}" if node.note else ""))
         for s in node.body:
             _emit(s, names, ind, lines)
     elif isinstance(node, Loop):

@@ -48,6 +48,7 @@ class Schedule:
         self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
         self._hosted_by = {}        # producer definition -> consumer that computes it
         self._fused = {}            # consumer definition -> Fused: run in a root's epilogue
+        self._sliced = {}           # root -> fusion.Slicing: computed as its slices
         self.not_fused = {}         # (consumer, producer) names -> why s.auto() did not fuse
         self.history = []
 
@@ -112,7 +113,8 @@ class Schedule:
             return d in p.outputs or bool(fusion.outside_readers(p, self._fused, d))
         members = [Fused(f.definition, f.into, f.to_root, stored(f.definition))
                    for f in members]
-        return make_epilogue(root, members, stored(root), self._buffers())
+        return make_epilogue(root, members, stored(root), self._buffers(),
+                             self._sliced.get(root))
 
     def fuse(self, consumer, into=None, at=None):
         """Run `consumer` in the epilogue of the definition it reads (`into`, when it reads
@@ -156,16 +158,53 @@ class Schedule:
                 raise ScheduleError(f"fuse: {x.name} takes part in a compute_at; fuse "
                                     "before computing definitions inside others")
         mapping, why = fusion.try_join(self.program, self._fused, d, root)
+        old_state = self._states[root]
         if why is not None:
-            raise ScheduleError(f"fuse: {d.name} cannot run in {root.name}'s epilogue: {why}")
+            mapping = self._slice_for(d, root, why)
         self._fused[d] = Fused(d, root, mapping, False)
         try:
             self._stages[root].lower(self._buffers(), self._states, self._epilogue(root))
         except ScheduleError:
             del self._fused[d]
+            self._sliced.pop(root, None)
+            self._states[root] = old_state
             raise
         self._record(Fuse(d.name, root.name))
         return self
+
+    def _slice_for(self, consumer, root, why):
+        """Horizontal fusion (fusion.Slicing): when `consumer` reads `root` at several
+        offsets along one axis, compute root as those slices in one nest. Returns the
+        consumer's index map, or raises ScheduleError with why it cannot fuse."""
+        def refuse(reason):
+            raise ScheduleError(f"fuse: {consumer.name} cannot run in {root.name}'s "
+                                f"epilogue: {reason}")
+        if "not a plain index" not in why:
+            refuse(why)
+        plan = fusion.slice_plan(consumer, root)
+        if isinstance(plan, str):
+            refuse(f"{why}; {plan}")
+        others = [r.name for r in self.program.graph.successors(root) if r is not consumer]
+        if root in self.program.outputs or others or \
+                any(f.into is root for f in self._fused.values()):
+            what = "an output" if root in self.program.outputs else \
+                "read by " + ", ".join(others) if others else "fused with others"
+            refuse(f"{why}; its slices cannot replace {root.name}, which is also {what}")
+        if any(st.stage.partition("#")[0] == root.name for st in self.history):
+            refuse(f"{why}; computing {root.name} as slices changes its loops, and it has "
+                   "a schedule already: fuse before scheduling it")
+        mapping = fusion.sliced_map(consumer, root, plan)
+        if isinstance(mapping, str):
+            refuse(mapping)
+        self._sliced[root] = plan
+        state = initial_state(plan.definition, self.fast_math)
+        # the slice loop innermost, inside the reduction: each element's slices complete
+        # together (the default order would finish one slice before starting the next)
+        first = state.axes[0]
+        self._states[root] = state.with_axes(state.axes[1:] + (first,))
+        self._buffer_map[plan.definition] = Buffer(root.name, plan.definition.shape,
+                                                   root.dtype, Scope.TEMP)
+        return mapping
 
     def unfuse(self, consumer):
         """Compute `consumer` in its own nest again (and the members that read it)."""
@@ -176,8 +215,12 @@ class Schedule:
         for m, f in list(self._fused.items()):
             if f.into is self._fused[d].into and any(t in drop for t in m.reads()):
                 drop.append(m)
+        root = self._fused[d].into
         for m in drop:
             self._fused.pop(m, None)
+        if root in self._sliced and not any(f.into is root for f in self._fused.values()):
+            del self._sliced[root]
+            self._states[root] = initial_state(root, self.fast_math)
         self._record(Unfuse(d.name))
         return self
 
@@ -209,7 +252,10 @@ class Schedule:
         return self
 
     def __str__(self):
-        return format_nest(self.kernel())
+        text = format_nest(self.kernel())
+        why = [f"# not fused: {c} into {p}: {reason}" for (c, p), reason in self.not_fused.items()
+               if self[c].definition not in self._fused]
+        return "\n".join([text] + why)
 
     __repr__ = __str__
 

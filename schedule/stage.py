@@ -26,14 +26,10 @@ from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
 
+from .epilogue import identity, statements
 from .region import upper_bound
 from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
                  Update, VectorTail, map_nest, walk)
-
-
-def identity(combiner, dtype):
-    """The value a reduction starts from: the combiner's identity element, a Const."""
-    return Const(COMBINERS[combiner].identity(dtype), np.dtype(dtype))
 
 
 # an accumulator tile this small (a few vector registers) is kept in a local array that
@@ -389,7 +385,6 @@ def _finish(state, out_buf, out_index, result, at=None, lanes=None):
     epi = state.epilogue
     if epi is None:
         return [Store(out_buf, tuple(out_index), result)]
-    from .epilogue import statements
     d = state.definition
     at = at if at is not None else {x: state.subst[x] for x in d.indices}
     stores = [Store(out_buf, tuple(out_index), result)] if epi.store_root else []
@@ -503,16 +498,35 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         body += _nest(inner_axes, [update], guards)
     if acc is not out_buf:
         result = Access(target.buffer if arg else acc, acc_index)
-        last = inner_out[-1] if inner_out else None
+        at, back = None, inner_out               # the write-back's point and loops
+        slices = state.epilogue.slices if final and state.epilogue is not None else None
+        if slices is not None:
+            result, at, back = _slice_values(state, slices, acc, acc_index, inner_out)
+        last = back[-1] if back else None
         lanes = (last.var, int(last.extent)) if last is not None and \
             last.kind is LoopKind.VECTOR and sp.sympify(last.extent).is_Integer else None
-        writes = _finish(state, out_buf, out_index, result, lanes=lanes) if final else \
+        writes = _finish(state, out_buf, out_index, result, at, lanes) if final else \
             [Store(out_buf, out_index, result)]
         if values_to is not None:
             writes.append(Store(values_to, out_index, Access(acc, acc_index)))
-        body += _nest(inner_out, writes, out_guards)
+        body += _nest(back, writes, out_guards)
     outer_axes = [Axis(a.var, a.extent, False, a.kind, a.tail) for a in outer]
     return _nest(outer_axes, body + list(after))
+
+
+def _slice_values(state, slices, acc, acc_index, inner_out):
+    """A sliced root's write-back: ({slice: its value in the tile}, the point, the tile's
+    loops without the slice loop), the consumer reading every slice of an element."""
+    var = state.subst[slices.var]
+    if var not in [a.var for a in inner_out]:
+        raise ScheduleError(
+            f"fuse: {state.definition.name} is computed as {slices.count} slices for its "
+            f"consumer, which reads them together; its slice loop {var.name} must run "
+            "inside its reduction loops, in the register tile")
+    values = {n: Access(acc, [sp.sympify(ix).xreplace({var: n}) for ix in acc_index])
+              for n in range(slices.count)}
+    at = {x: state.subst[x] for x in state.definition.indices if x is not slices.var}
+    return values, at, [a for a in inner_out if a.var is not var]
 
 
 def _fits_registers(state, axes, dtype):

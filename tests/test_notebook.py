@@ -230,8 +230,8 @@ def test_display_of_every_object_holds_what_it_is():
     io, ii = s[C].split(i, 4)
     s.fuse(Rm)
     html = s._repr_html_()
-    assert "for " in html and "Split(" in html and "ComputeAt(" in html
-    assert "computed inside" in html and "<td>C</td>" in html      # C inside Rm's kernel
+    assert "for " in html and "Split(" in html and "Fuse(" in html
+    assert "computed inside" in html and "<td>Rm (epilogue)</td>" in html  # Rm in C's kernel
     assert str(s) in html.replace("&gt;", ">").replace("&lt;", "<").replace("&#x27;", "'")
     stage = s[Rm]
     assert repr(stage).startswith("<stage Rm of a schedule of Rm: loops")
@@ -239,7 +239,8 @@ def test_display_of_every_object_holds_what_it_is():
     f = tex.compile(s)
     html = f._repr_html_()
     for part in ("tex_Rm(A: float32[M, T], B: float32[T, N]) -&gt; Rm: float32[M]",
-                 "<details><summary>LLVM IR", "<details><summary>assembly", "for ", "C_local"):
+                 "<details><summary>LLVM IR", "<details><summary>assembly", "for ",
+                 "Rm (max over j) in its epilogue"):
         assert part in html, part
     assert "define" in html
     assert "<tex compiled tex_Rm(A: float32[M, T]" in repr(f)

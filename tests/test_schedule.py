@@ -229,7 +229,7 @@ def test_split_k_argmax_is_bitwise_deterministic_and_first_index():
 def test_fuse_computes_the_producer_per_row():
     Rm = PROGRAMS["gemm_rowmax"]
     s = tex.schedule(Rm)
-    s.fuse(Rm)
+    s.fuse(Rm, at=s[Rm].loops[0])
     text = str(s)
     assert "alloc G_local[1, N]" in text and "# G" not in text
     f = tex.compile(s)

@@ -422,7 +422,7 @@ def test_fused_matmul_epilogue(combiner, strategy, tail):
     product rows live in a local buffer and the strategy reads them."""
     R = _matmul_epilogue(combiner)
     s = tex.schedule(R)
-    s.fuse(R)
+    s.fuse(R, at=s[R].loops[0])
     s[R].reduction_strategy(strategy, tail=tail)
     assert "C_local" in str(s)
     _check_epilogue(tex.compile(s), combiner)
@@ -435,12 +435,12 @@ def test_fused_matmul_epilogue_inner_parallel(tail):
     of the product is computed per vector of rows."""
     R = _matmul_epilogue("max")
     s = tex.schedule(R)
-    s.fuse(R)
+    s.fuse(R, at=s[R].loops[0])
     with pytest.raises(tex.ScheduleError, match=r"loop i anchors the local copy of C"):
         s[R].reduction_strategy("inner_parallel", tail=tail)
     s = tex.schedule(R)
     s[R].reduction_strategy("inner_parallel", tail=tail)
-    s.fuse(R)                              # at the outermost loop: the block of rows
+    s.fuse(R, at=s[R].loops[0])            # at the outermost loop: the block of rows
     assert f"alloc C_local[{target().lanes('float32')}, N]" in str(s)
     _check_epilogue(tex.compile(s), "max")
 

@@ -22,8 +22,8 @@ from .handles import StageHandle
 from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
-from .steps import (ComputeAt, Fuse, Pack, Privatize, Reorder, SetKind, Specialize, Split,
-                    SplitK, Unfuse, from_json, to_json)
+from .steps import (ComputeAt, Fuse, Pack, Privatize, Reorder, Rewrite, SetKind, Specialize,
+                    Split, SplitK, Unfuse, from_json, to_json)
 from . import fusion
 from .vectorize import plan_vectors, vector_refusal
 
@@ -41,16 +41,35 @@ class Schedule:
     """The schedule of every definition a program's outputs read."""
 
     def __init__(self, out, fast_math=True):
-        self.program = as_program(out)
-        self._buffer_map = buffers_for(self.program)
+        self.source = as_program(out)          # the program as the user wrote it
         self.fast_math = fast_math
-        self._states = {d: initial_state(d, fast_math) for d in self.program.definitions}
-        self._stages = {d: StageHandle(self, d) for d in self.program.definitions}
+        self.rewrites = []                     # notes of schedule/rewrite.py's rewrites
+        self._adopt(self.source)
         self._hosted_by = {}        # producer definition -> consumer that computes it
         self._fused = {}            # consumer definition -> Fused: run in a root's epilogue
         self._sliced = {}           # root -> fusion.Slicing: computed as its slices
         self.not_fused = {}         # (consumer, producer) names -> why s.auto() did not fuse
         self.history = []
+
+    def _adopt(self, program):
+        self.program = program
+        self._buffer_map = buffers_for(program)
+        self._states = {d: initial_state(d, self.fast_math) for d in program.definitions}
+        self._stages = {d: StageHandle(self, d) for d in program.definitions}
+
+    def rewrite(self):
+        """Apply the program rewrites (schedule/rewrite.py: common definitions computed
+        once, sums over a contraction's output moved inside it), before any other step;
+        `s.rewrites` says what they did. Part of s.auto()."""
+        from .rewrite import rewrite
+        if self.history:
+            raise ScheduleError("rewrite: the program is rewritten before any other step "
+                                f"(this schedule has {len(self.history)})")
+        program, notes = rewrite(self.program, self.fast_math)
+        self._adopt(program)
+        self.rewrites = notes
+        self._record(Rewrite())
+        return self
 
     def __getitem__(self, defn):
         if isinstance(defn, str) and "#" in defn:          # a specialization: "C#1"
@@ -66,6 +85,15 @@ class Schedule:
                 raise ScheduleError(f"{defn!r} is not a definition of this schedule's program "
                                     f"(its definitions: {names})")
             defn = found[0]
+        if defn not in self._stages and getattr(defn, "name", None) is not None:
+            found = [d for d in self._stages if d.name == defn.name]
+            if found:                   # the rewritten definition of that name
+                defn = found[0]
+            elif defn in self.source.definitions:
+                raise ScheduleError(f"{defn.name} is not computed: the program's rewrites "
+                                    f"({'; '.join(self.rewrites)}) removed it; "
+                                    "tex.schedule(out) without s.auto(), or "
+                                    "s.auto(fuse=False), keeps it")
         if defn not in self._stages:
             name = getattr(defn, "name", defn)
             raise ScheduleError(f"{name} is not a definition of this schedule's program")
@@ -248,14 +276,17 @@ class Schedule:
         of a definition it reads, where the index maps allow; `fuse=False` leaves every
         definition its own nest), then each kernel's schedule."""
         from .auto import auto_schedule
+        if fuse and not self.history:
+            self.rewrite()
         auto_schedule(self, fuse)
         return self
 
     def __str__(self):
         text = format_nest(self.kernel())
+        rewrites = [f"# rewritten: {note}" for note in self.rewrites]
         why = [f"# not fused: {c} into {p}: {reason}" for (c, p), reason in self.not_fused.items()
                if self[c].definition not in self._fused]
-        return "\n".join([text] + why)
+        return "\n".join(rewrites + [text] + why)
 
     __repr__ = __str__
 
@@ -264,7 +295,7 @@ class Schedule:
 
     def __reduce__(self):
         """A schedule pickles (and copies) as its program and its history, replayed."""
-        return (_replayed, (self.program, self.fast_math, tuple(self.history)))
+        return (_replayed, (self.source, self.fast_math, tuple(self.history)))
 
     # ------------------------------------------------------------ legality
     def _check(self, old, new):
@@ -295,6 +326,9 @@ class Schedule:
         if isinstance(steps, str):
             steps = from_json(steps)
         for st in steps:
+            if isinstance(st, Rewrite):
+                self.rewrite()
+                continue
             stage = self[st.stage]
             if isinstance(st, Split):
                 stage.split(st.loop, st.factor, st.tail)

@@ -61,6 +61,13 @@ class Unfuse:
 
 
 @dataclass(frozen=True)
+class Rewrite:
+    """The program rewrites of schedule/rewrite.py (common definitions, distributed sums),
+    applied to the whole program before any other step."""
+    stage: str = ""
+
+
+@dataclass(frozen=True)
 class SetKind:
     stage: str
     loop: str
@@ -75,7 +82,7 @@ class Specialize:
 
 
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
-                                         Fuse, Unfuse, SetKind, Specialize)}
+                                         Fuse, Unfuse, Rewrite, SetKind, Specialize)}
 
 
 def recorded_parts(parts):

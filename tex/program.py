@@ -16,9 +16,12 @@ from .tensor import Definition, Tensor, access_checks
 class Program:
     """The definitions `outputs` need, in an order that respects their dependences."""
 
-    def __init__(self, outputs, params=()):
+    def __init__(self, outputs, params=(), inputs=None):
+        """`inputs`: the calling order of the inputs (a rewritten program keeps the
+        original's), default their order of first use."""
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
         self._extra_params = tuple(params)
+        self._fixed_inputs = tuple(inputs) if inputs is not None else None
         for o in outputs:
             if not isinstance(o, Definition):
                 raise TypeError(f"{o!r} is not a tex.compute definition")
@@ -38,6 +41,9 @@ class Program:
         self._check_names()
         self.definitions = self._ordered_definitions()
         self.inputs = self._inputs_in_order_of_use()
+        if self._fixed_inputs is not None:
+            self.inputs = tuple(t for t in self._fixed_inputs if t in self.inputs) + \
+                tuple(t for t in self.inputs if t not in self._fixed_inputs)
         self.intermediates = tuple(d for d in self.definitions if d not in self.outputs)
         self.sizes = self._sizes()
         self.params = tuple(sorted(self._symbols(Param) | set(params), key=str))
@@ -116,7 +122,7 @@ class Program:
         return f"({ins}) -> {outs}"
 
     def __reduce__(self):
-        return (Program, (self.outputs, self._extra_params))
+        return (Program, (self.outputs, self._extra_params, self._fixed_inputs))
 
     def __repr__(self):
         lines = [f"inputs: {', '.join(repr(t) for t in self.inputs)}"]

@@ -116,7 +116,7 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
     f = compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check),
                        casting)
-    f._rebuild = (sched.program, sched.fast_math, tuple(sched.history), fast_math, name,
+    f._rebuild = (sched.source, sched.fast_math, tuple(sched.history), fast_math, name,
                   bool(bounds_check), casting)
     return f
 

@@ -170,6 +170,13 @@ def _plain_plus_offset(ix):
     return xs[0], offset
 
 
+# offsets a constant less than this apart are a stencil's neighbours (C[i, j + 1] -
+# C[i, j]), not slices: their ranges overlap almost whole, and slicing would compute C
+# twice over. (Whether two symbolic slices overlap depends on the call's sizes: GEGLU's
+# C[i, j] and C[i, j + H] over j < N - H do not when N <= 2H, and are taken as slices.)
+STENCIL_STEP = 16
+
+
 def slice_plan(consumer, root):
     """The Slicing that lets `consumer` (reading `root` at offsets along one axis) fuse,
     or a string saying why there is none."""
@@ -205,7 +212,7 @@ def slice_plan(consumer, root):
                 "are not evenly spaced and ordered")
     x = plain[ax]
     extent = consumer.extents[x]
-    if step.is_Integer and step < 64 or (extent - step).is_positive:
+    if step.is_Integer and step < STENCIL_STEP or (extent - step).is_positive:
         return (f"{consumer.name} reads {root.name} at neighbouring offsets "
                 f"({', '.join(map(str, values))}) along {x.name}: its slices overlap, and "
                 "fused, each tile would need elements other tiles compute")

@@ -85,7 +85,7 @@ def _form_kernels(sched):
                 break
             except ScheduleError as e:
                 why = str(e).partition(": ")[2]
-                sched.not_fused[(d.name, root.name)] = why.partition("epilogue: ")[2] or why
+                sched._not_fusing(d.name, root.name, why.partition("epilogue: ")[2] or why)
 
 
 def _reduced_by_members(epilogue):
@@ -146,7 +146,7 @@ def _check_fusion(sched, stage):
         for m in [m for m, f in sched._fused.items() if f.into is d]:
             if m in sched._fused:
                 sched.unfuse(m)
-            sched.not_fused[(m.name, d.name)] = str(e).partition(": ")[2]
+            sched._not_fusing(m.name, d.name, str(e).partition(": ")[2])
 
 
 def _auto_blocked(stage):

@@ -22,8 +22,8 @@ from .handles import StageHandle
 from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
-from .steps import (ComputeAt, Fuse, Pack, Privatize, Reorder, Rewrite, SetKind, Specialize,
-                    Split, SplitK, Unfuse, from_json, to_json)
+from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite, SetKind,
+                    Specialize, Split, SplitK, Unfuse, from_json, to_json)
 from . import fusion
 from .vectorize import plan_vectors, vector_refusal
 
@@ -200,6 +200,11 @@ class Schedule:
         self._record(Fuse(d.name, root.name))
         return self
 
+    def _not_fusing(self, consumer, into, why):
+        """Record why `consumer` was not fused into `into` (printed with the nest)."""
+        self.not_fused[(consumer, into)] = why
+        self._record(NotFused(consumer, into, why))
+
     def _slice_for(self, consumer, root, why):
         """Horizontal fusion (fusion.Slicing): when `consumer` reads `root` at several
         offsets along one axis, compute root as those slices in one nest. Returns the
@@ -328,6 +333,9 @@ class Schedule:
         for st in steps:
             if isinstance(st, Rewrite):
                 self.rewrite()
+                continue
+            if isinstance(st, NotFused):
+                self._not_fusing(st.stage, st.into, st.why)
                 continue
             stage = self[st.stage]
             if isinstance(st, Split):

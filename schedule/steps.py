@@ -61,6 +61,15 @@ class Unfuse:
 
 
 @dataclass(frozen=True)
+class NotFused:
+    """A fusion s.auto() considered and did not make, with the reason (kept in the
+    history so that a replayed schedule prints the same plan)."""
+    stage: str
+    into: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Rewrite:
     """The program rewrites of schedule/rewrite.py (common definitions, distributed sums),
     applied to the whole program before any other step."""
@@ -82,7 +91,7 @@ class Specialize:
 
 
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
-                                         Fuse, Unfuse, Rewrite, SetKind, Specialize)}
+                                         Fuse, Unfuse, NotFused, Rewrite, SetKind, Specialize)}
 
 
 def recorded_parts(parts):

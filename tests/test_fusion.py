@@ -294,7 +294,7 @@ def dags(draw):
             idx = idx[::-1]
             node = tex.compute(name, idx, read + 1.0)
         elif kind == "slices":
-            shifted = [x + 8 if x is j else x for x in idx]
+            shifted = [x + 16 if x is j else x for x in idx]
             node = tex.compute(name, idx, read * node[tuple(shifted)])
         else:
             comb = draw(st.sampled_from(["sum", "max", "min", "argmax"]))
@@ -306,7 +306,7 @@ def dags(draw):
             idx = keep
             if comb == "argmax" or not idx:
                 break
-    shape = draw(st.sampled_from([(7, 24, 5), (1, 9, 1), (13, 40, 17), (6, 16, 64)]))
+    shape = draw(st.sampled_from([(7, 50, 5), (1, 49, 1), (13, 70, 17), (6, 64, 64)]))
     return node, shape
 
 

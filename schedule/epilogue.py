@@ -87,7 +87,8 @@ def _scope(shape, dtype):
 def statements(epi, at, result, fast_math, lanes=None):
     """The epilogue at one element of the root: `at` maps each root index to its loop
     expression there, `result` is the element's value (an expression; for a sliced root,
-    {slice: its value}); `lanes` the vector loop (var, width) around this point, if any."""
+    {slice: its value}); `lanes` the vector loop around this point, if any: (var,
+    width, the nest's loops outermost first as (var, largest extent))."""
     values = {epi.root: result}
     out = []
     for f in epi.members:
@@ -108,7 +109,8 @@ def statements(epi, at, result, fast_math, lanes=None):
             index = index + (lanes[0],)
             if lane.positions is not None:
                 position = _position(d, at_f)
-                target = ArgTarget(lane.positions, index, IndexValue(position))
+                target = ArgTarget(lane.positions, index, IndexValue(position),
+                                   _increasing(position, lanes[2]))
                 out.append(Update(lane.values, index, red.combiner, value, fm, target))
             else:
                 out.append(Update(lane.values, index, red.combiner,
@@ -141,7 +143,7 @@ def _lanes(epi, f, at_f, lanes, fast_math):
     red = d.reduction
     if lanes is None:
         return None
-    var, width = lanes
+    var, width = lanes[:2]
     moves = [x for x in red.over if var in sp.sympify(at_f[x]).free_symbols]
     still = all(var not in sp.sympify(at_f[x]).free_symbols for x in d.indices)
     acc = red.body.dtype if COMBINERS[red.combiner].positional else red.dtype
@@ -155,6 +157,31 @@ def _lanes(epi, f, at_f, lanes, fast_math):
                              positions)
     lane = epi.lanes[d]
     return lane if lane.width == width else None
+
+
+def _increasing(position, order):
+    """Does `position` (an expression in loop variables) grow along the nest, each loop
+    (outermost first) stepping it by more than all the loops inside it span? Then every
+    target element sees its positions in increasing order. `order`: the nest's loops,
+    outermost first, as (var, largest extent)."""
+    expr = sp.expand(sp.sympify(position))
+    terms = [(var, bound, expr.coeff(var)) for var, bound in order
+             if var in expr.free_symbols]
+    rest = expr - sum(c * var for var, _, c in terms)
+    if any(isinstance(x, Index) for x in rest.free_symbols) or \
+            not all(c.is_Integer and c > 0 for _, _, c in terms):
+        return False
+    span = 0                      # how far the loops inside step the position
+    for n, (var, bound, c) in enumerate(reversed(terms)):
+        if c <= span:
+            return False
+        if n == len(terms) - 1:
+            break                 # the outermost: its own extent does not matter
+        bound = sp.sympify(bound)
+        if not bound.is_Integer:
+            return False
+        span += c * (int(bound) - 1)
+    return True
 
 
 def _rebuilt(expr, at, values, buffers, slices=None):

@@ -111,10 +111,13 @@ class Store(Node):
 
 @dataclass(frozen=True, eq=False)
 class ArgTarget:
-    """Where argmax/argmin keep the position of the best value, and the position itself."""
+    """Where argmax/argmin keep the position of the best value, and the position itself.
+    `ordered`: each target element sees its positions in increasing order, so a later
+    equal value never wins and no tie test is needed (ops.increasing_better)."""
     buffer: Buffer
     index: tuple
     position: object          # a tex expression (int64)
+    ordered: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -274,7 +277,7 @@ def structure_key(kernel):
         elif isinstance(n, Update):
             arg = "" if n.arg is None else (f" arg {buf(n.arg.buffer)}"
                                             f"[{', '.join(sym(i) for i in n.arg.index)}] "
-                                            f"{value(n.arg.position)}")
+                                            f"{value(n.arg.position)} {n.arg.ordered}")
             out.append(f"{pad}update {buf(n.buffer)}[{', '.join(sym(i) for i in n.index)}] "
                        f"{n.combiner} {n.fast_math} {value(n.value)}{arg}")
         elif isinstance(n, Stage):

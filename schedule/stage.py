@@ -503,8 +503,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         if slices is not None:
             result, at, back = _slice_values(state, slices, acc, acc_index, inner_out)
         last = back[-1] if back else None
-        lanes = (last.var, int(last.extent)) if last is not None and \
-            last.kind is LoopKind.VECTOR and sp.sympify(last.extent).is_Integer else None
+        lanes = None
+        if last is not None and last.kind is LoopKind.VECTOR and \
+                sp.sympify(last.extent).is_Integer:
+            order = tuple((a.var, upper_bound(a.extent, loop_vars)) for a in state.axes)
+            lanes = (last.var, int(last.extent), order)
         writes = _finish(state, out_buf, out_index, result, at, lanes) if final else \
             [Store(out_buf, out_index, result)]
         if values_to is not None:

@@ -32,7 +32,7 @@ from .entry import emit_entry
 from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DETAIL_SHIFT, STATUS_OK, Builder,
                       OpContext, const, declare, floor_div, memory_type, self_referential)
 from .memory import MemoryMixin
-from .ops import COMBINE, OPS, _better
+from .ops import COMBINE, OPS, _better, increasing_better
 from .parallel import ParallelMixin
 from .transposed import emit_transposed
 from .vector import emit_vector_loop
@@ -291,7 +291,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             return
         pos_ptr = self.address(s.arg.buffer, s.arg.index)
         pos, acc_pos = self.value(s.arg.position), self._load(pos_ptr, np.int64)
-        better = _better(self.ops(), s.buffer.dtype, s.combiner, x, acc, pos, acc_pos)
+        dt = s.buffer.dtype
+        better = increasing_better(self.ops(), dt, s.combiner, x, acc) if s.arg.ordered \
+            else _better(self.ops(), dt, s.combiner, x, acc, pos, acc_pos)
         self._store(ptr, b.select(better, x, acc), s.buffer.dtype)
         self._store(pos_ptr, b.select(better, pos, acc_pos), np.int64)
 

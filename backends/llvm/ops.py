@@ -394,4 +394,15 @@ def _better(cg, dt, combiner, x, acc, pos, acc_pos):
     return b.or_(cmp(op, x, acc), tie)
 
 
+def increasing_better(cg, dt, combiner, x, acc):
+    """ops._better when x's position is known to come after acc's (a lane of the main
+    loop, filled by the first vector): never a tie win, and a NaN wins only over a number.
+    For floats `x >u acc` (greater or unordered) and `acc` ordered say exactly that."""
+    b, kind = cg.b, np.dtype(dt).kind
+    op = ">" if combiner == "argmax" else "<"
+    if kind == "f":
+        return b.and_(b.fcmp_unordered(op, x, acc), b.fcmp_ordered("ord", acc, acc))
+    return b.icmp_signed(op, x, acc) if kind == "i" else b.icmp_unsigned(op, x, acc)
+
+
 __all__ = ["OPS", "COMBINE", "cast_value", "const", "I64"]

@@ -9,7 +9,7 @@ from tex.combiners import COMBINERS
 
 from ...scheduler.vector_plan import dot_width
 from .irtypes import I1, I8, I32, I64, const, type_suffix, value_type
-from .ops import COMBINE, _better
+from .ops import COMBINE, _better, increasing_better
 
 INT64_MAX = (1 << 63) - 1
 
@@ -121,7 +121,7 @@ class AccumulatorMixin:
         if increasing and self.phase == "first":
             better = ir.Constant(self.vtype(I1), 1)
         elif increasing:
-            better = _increasing_better(self.ops(), dt, u.combiner, x, acc)
+            better = increasing_better(self.ops(), dt, u.combiner, x, acc)
         else:
             better = _better(self.ops(), dt, u.combiner, x, acc, pos, acc_pos)
         if mask is not None:
@@ -202,17 +202,6 @@ class AccumulatorMixin:
                 pos_slot = self.cg.eb.alloca(pos.type, name=f"{u.arg.buffer.name}.vec")
                 b.store(pos, pos_slot)
             self.accs[id(u)] = (slot, pos_slot)
-
-
-def _increasing_better(cg, dt, combiner, x, acc):
-    """ops._better when x's position is known to come after acc's (a lane of the main
-    loop, filled by the first vector): never a tie win, and a NaN wins only over a number.
-    For floats `x >u acc` (greater or unordered) and `acc` ordered say exactly that."""
-    b, kind = cg.b, np.dtype(dt).kind
-    op = ">" if combiner == "argmax" else "<"
-    if kind == "f":
-        return b.and_(b.fcmp_unordered(op, x, acc), b.fcmp_ordered("ord", acc, acc))
-    return b.icmp_signed(op, x, acc) if kind == "i" else b.icmp_unsigned(op, x, acc)
 
 
 def _reduce_intrinsic(cg, combiner, dt, vec, fast):

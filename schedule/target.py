@@ -3,6 +3,8 @@ every heuristic read (vector width, register file, caches, cores).
 
     target()            the current Target: the host's, unless overridden
     overriding(t)       a context in which target() is `t` (tests, benchmarks)
+    named("haswell")    a known CPU's Target (TEX_CPU=haswell makes it the default;
+                        TEX_CACHES=32K,256K,8M overrides the cache sizes)
 
 The host's facts come from llvmlite (the CPU name and features, the same source the
 code generator uses), /sys (the data caches of CPU 0) and the process's CPU affinity
@@ -87,9 +89,74 @@ _local = threading.local()
 
 
 def target():
-    """The Target code is generated for: the host, or an override in effect."""
+    """The Target code is generated for: an override in effect, else TEX_CPU's (and
+    TEX_CACHES's), else the host."""
     override = getattr(_local, "override", None)
-    return override if override is not None else host()
+    if override is not None:
+        return override
+    env = (os.environ.get("TEX_CPU", ""), os.environ.get("TEX_CACHES", ""))
+    return _from_environment(*env) if any(env) else host()
+
+
+# ---------------------------------------------------------------- named CPUs
+
+_AVX2 = "+sse4.2,+avx,+avx2,+fma,+bmi2,+f16c,-avx512f,-avx512vl,-avx512bw,-avx512vnni"
+_AVX512 = "+sse4.2,+avx,+avx2,+fma,+bmi2,+f16c,+avx512f,+avx512vl,+avx512bw,+avx512dq,+avx512cd"
+_FAMILIES = {
+    "+sse2,-sse4.2,-avx,-avx2,-fma,-avx512f": ("x86-64",),
+    "+sse4.2,-avx,-avx2,-fma,-avx512f": ("x86-64-v2", "nehalem", "westmere"),
+    "+sse4.2,+avx,-avx2,-fma,-avx512f": ("sandybridge", "ivybridge"),
+    _AVX2: ("x86-64-v3", "haswell", "broadwell", "skylake", "znver1", "znver2", "znver3"),
+    _AVX2 + ",+avxvnni": ("alderlake", "raptorlake", "meteorlake", "arrowlake"),
+    _AVX512 + ",-avx512vnni": ("x86-64-v4", "skylake-avx512", "cannonlake"),
+    _AVX512 + ",+avx512vnni": ("cascadelake", "cooperlake", "icelake-client",
+                               "icelake-server", "tigerlake", "rocketlake", "sapphirerapids",
+                               "emeraldrapids", "graniterapids", "znver4", "znver5"),
+}
+CPU_FEATURES = {cpu: features for features, cpus in _FAMILIES.items() for cpu in cpus}
+
+
+def named(cpu, caches=None):
+    """The Target of a known CPU (LLVM's name for it: haswell, znver3, skylake-avx512,
+    ...): its vector features from the table above, the given caches (((level, bytes),
+    ...), default the host's) and the host's cores."""
+    if cpu not in CPU_FEATURES:
+        raise ValueError(f"TEX_CPU={cpu!r} is not a CPU tex knows (one of "
+                         f"{', '.join(sorted(CPU_FEATURES))})")
+    h = host()
+    return Target(cpu, CPU_FEATURES[cpu], tuple(caches) if caches is not None else h.caches,
+                  h.cores)
+
+
+@functools.lru_cache(maxsize=8)
+def _from_environment(cpu, caches):
+    base = named(cpu) if cpu else host()
+    return replace(base, caches=_parse_caches(caches)) if caches else base
+
+
+def _parse_caches(text):
+    """`32K,512K,32M` -> ((1, 32768), (2, 524288), (3, 33554432)): L1, L2, L3 sizes."""
+    out = []
+    for level, part in enumerate(text.split(","), start=1):
+        part = part.strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(part[-1:], 1)
+        try:
+            size = int(part.rstrip("KMG")) * scale
+        except ValueError:
+            raise ValueError(f"TEX_CACHES={text!r}: sizes are like 32K,512K,32M "
+                             "(L1, L2, L3)") from None
+        if size <= 0:
+            raise ValueError(f"TEX_CACHES={text!r}: a cache size must be positive")
+        out.append((level, size))
+    return tuple(out)
+
+
+def missing_here(t):
+    """The vector features `t`'s code uses that this host lacks (code for it would stop
+    the process with an illegal instruction), as a sorted list; [] when it runs here."""
+    isa = {"avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512vl", "avx512bw",
+           "avx512dq", "avx512cd", "avx512vnni", "avxvnni", "sse4.2"}
+    return sorted((t.feature_set & isa) - host().feature_set)
 
 
 @contextlib.contextmanager

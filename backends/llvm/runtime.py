@@ -192,6 +192,10 @@ class CompiledFunction:
         self.input_names = tuple(t.name for t in program.inputs)
         self.param_names = self._sig.param_names
         self._call = _make_caller(self._sig)
+        from ...scheduler.target import missing_here, target
+        missing = missing_here(target())
+        if missing:
+            self._call = _cannot_run(target().cpu, missing)
         self.__call__ = self._call
         # `f(...)` looks `__call__` up on the type: a one-off subclass whose `__call__` is
         # the generated call path itself saves a Python frame (~0.2 us) on every call
@@ -255,6 +259,15 @@ class CompiledFunction:
 
 
 # ---------------------------------------------------------------- the generated call path
+
+def _cannot_run(cpu, missing):
+    def call(*args, **kwargs):
+        raise RuntimeError(f"this kernel was compiled for {cpu} (TEX_CPU), whose "
+                           f"{', '.join(missing)} this CPU lacks: running it would stop "
+                           "the process with an illegal instruction. Its code is in "
+                           "f.llvm_ir and f.asm; unset TEX_CPU to run tex here")
+    return call
+
 
 def pyexpr(e, names):
     """A sympy size expression as Python source over the variables in `names`."""

@@ -267,8 +267,12 @@ def runtime():
     with _lock:
         if not _runtime:
             import llvmlite.binding as llvm
+            from ...scheduler.target import host, overriding
             from . import jit
-            _, engine = jit.load(RUNTIME_IR, "tex_rt_parallel", kind="runtime")
+            # always for the host: the runtime is shared by every kernel of the process,
+            # whatever target a kernel was compiled for (TEX_CPU, overriding)
+            with overriding(host()):
+                _, engine = jit.load(RUNTIME_IR, "tex_rt_parallel", kind="runtime")
             rt = Runtime(engine)
             for name, address in rt.addresses.items():
                 llvm.add_symbol(name, address)

@@ -1,0 +1,100 @@
+"""The target override (schedule/target.py): named CPUs, TEX_CPU and TEX_CACHES, code for
+a CPU this host cannot run refused at call time, and contractions and reductions
+compiled for an AVX2 target (haswell) against numpy whatever the host is."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tex
+from tex.scheduler.blocking import default_blocking
+from tex.scheduler.target import CPU_FEATURES, host, missing_here, named, overriding, target
+
+M, N, K = tex.sizes("M N K")
+
+
+def test_named_cpus_have_the_vector_width_of_their_family():
+    assert named("haswell").vector_bits == 256 and named("haswell").vector_registers == 16
+    assert named("znver3").vector_bits == 256
+    assert named("skylake-avx512").vector_bits == 512
+    assert named("znver4").vnni_widths == (512, 256, 128)
+    assert named("alderlake").vnni_widths == (256, 128)
+    assert named("x86-64").vector_bits == 128
+    with pytest.raises(ValueError, match="not a CPU tex knows"):
+        named("pentium-pro")
+
+
+def test_block_sizes_follow_the_target():
+    small = named("haswell", ((1, 32 << 10), (2, 256 << 10), (3, 8 << 20)))
+    big = named("znver5", ((1, 48 << 10), (2, 1 << 20), (3, 32 << 20)))
+    for t in (small, big, named("znver3", ((2, 512 << 10),))):
+        b = default_blocking("float32", 4, t)
+        assert b.mc % b.mr == 0 and b.nr % t.lanes("float32") == 0
+        assert b.kc * b.nr * 4 <= t.cache(2, 0) // 4          # a B micro-panel in L2
+    assert default_blocking("float32", 4, big).nr == 64
+    assert default_blocking("float32", 4, small).nr == 16
+
+
+def _run(env, code):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_tex_cpu_and_tex_caches_set_the_target():
+    out = _run({"TEX_CPU": "haswell", "TEX_CACHES": "32K,256K,8M"}, (
+        "from tex.scheduler.target import target\n"
+        "t = target(); print(t.cpu, t.vector_bits, dict(t.caches)[2])"))
+    assert out.stdout.split() == ["haswell", "256", str(256 << 10)], out.stderr
+    bad = _run({"TEX_CACHES": "lots"}, "from tex.scheduler.target import target; target()")
+    assert "TEX_CACHES='lots'" in bad.stderr
+
+
+def test_code_for_a_cpu_this_host_lacks_is_refused_not_run():
+    wide = named("znver4")
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    with overriding(wide):
+        f = tex.compile(C)
+        assert "zmm" in f.asm
+    if not missing_here(wide):
+        pytest.skip(f"this host ({host().cpu}) runs AVX-512 code")
+    with pytest.raises(RuntimeError, match="illegal instruction"):
+        f(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_avx2_contractions_and_reductions_match_numpy(dtype):
+    """On an AVX-512 host this runs the AVX2 code path (16 registers, 6 x 16 tiles)."""
+    avx2 = named("haswell", host().caches)
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), dtype), tex.tensor("B", (K, N), dtype)
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    R = tex.compute("R", (i,), tex.max(C[i, j], over=j))
+    S = tex.compute("S", (i,), tex.sum(A[i, k], over=k))
+    Am = tex.compute("Am", (i,), tex.argmax(A[i, k], over=k))
+    with overriding(avx2):
+        assert target().vector_bits == 256
+        fc, fr, fs, fa = (tex.compile(x) for x in (C, R, S, Am))
+        assert "zmm" not in fc.asm
+    rng = np.random.default_rng(0)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    for m, kk, n in [(1, 1, 1), (7, 65, 63), (65, 7, 1000), (100, 257, 17)]:
+        a = rng.standard_normal((m, kk)).astype(dtype)
+        b = rng.standard_normal((kk, n)).astype(dtype)
+        np.testing.assert_allclose(fc(a, b), a @ b, rtol=tol, atol=tol * kk)
+        np.testing.assert_allclose(fr(a, b), (a @ b).max(1), rtol=tol, atol=tol * kk)
+        np.testing.assert_allclose(fs(a), a.sum(1), rtol=tol, atol=tol * kk)
+        np.testing.assert_array_equal(fa(a), a.argmax(1))
+
+
+def test_every_named_cpu_compiles():
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "float32")
+    S = tex.compute("S", (i,), tex.sum(X[i, j] * 2, over=j))
+    for cpu in ("x86-64", "sandybridge", "haswell", "alderlake", "skylake-avx512", "znver5"):
+        assert cpu in CPU_FEATURES
+        with overriding(named(cpu)):
+            assert "define" in tex.compile(S).llvm_ir

@@ -175,7 +175,8 @@ class Schedule:
             raise ScheduleError(f"fuse: {d.name} reads several definitions ({names}); "
                                 f"say which with into=")
         root = candidates[0]
-        own = [st for st in self.history if st.stage.partition("#")[0] == d.name]
+        own = [st for st in self.history if st.stage.partition("#")[0] == d.name and
+               not isinstance(st, (Fuse, Unfuse, NotFused))]
         if own or cons.specializations:
             raise ScheduleError(f"fuse: {d.name} has a schedule of its own ({len(own)} "
                                 f"steps); in {root.name}'s epilogue it runs in "
@@ -223,7 +224,8 @@ class Schedule:
             what = "an output" if root in self.program.outputs else \
                 "read by " + ", ".join(others) if others else "fused with others"
             refuse(f"{why}; its slices cannot replace {root.name}, which is also {what}")
-        if any(st.stage.partition("#")[0] == root.name for st in self.history):
+        if any(st.stage.partition("#")[0] == root.name and
+               not isinstance(st, (Fuse, Unfuse, NotFused)) for st in self.history):
             refuse(f"{why}; computing {root.name} as slices changes its loops, and it has "
                    "a schedule already: fuse before scheduling it")
         mapping = fusion.sliced_map(consumer, root, plan)

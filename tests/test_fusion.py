@@ -327,3 +327,24 @@ def test_random_dags_match_the_reference(case, seed):
         np.testing.assert_array_equal(got, unfused)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3 * max(1, np.abs(want).max()))
+
+
+def test_a_normalization_keeps_its_rows_and_says_why_it_does_not_fuse():
+    """LayerNorm: the mean and variance are reductions fused with their division (the
+    merge of split rows); the normalized output reads them broadcast along j, which
+    would recompute them per element: not fused, and each reason says that."""
+    R, D = tex.sizes("R D")
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (R, D), "float32")
+    mu = tex.compute("mu", (i,), tex.mean(X[i, j], over=j))
+    var = tex.compute("var", (i,), tex.mean((X[i, j] - mu[i]) ** 2, over=j))
+    Y = tex.compute("Y", (i, j), (X[i, j] - mu[i]) / tex.sqrt(var[i] + 1e-5))
+    s = tex.schedule(Y).auto()
+    text = str(s)
+    assert "# mu_sum0: mu (stored) in its epilogue" in text
+    reasons = [line for line in text.splitlines() if line.startswith("# not fused")]
+    assert reasons and all("would be recomputed" in r for r in reasons), reasons
+    x = np.random.default_rng(12).standard_normal((33, 65)).astype(np.float32)
+    m = x.mean(1, keepdims=True)
+    want = (x - m) / np.sqrt(((x - m) ** 2).mean(1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(tex.compile(s)(x), want, rtol=1e-4, atol=1e-4)

@@ -71,7 +71,13 @@ def contraction_roles(defn):
     (b,) = readers(j)
     a = next(t for t in tensors if t is not b)
     i = next((x for x in reversed(defn.indices) if x is not j and readers(x) == {a}), None)
-    k = next((x for x in reversed(red.over) if readers(x) == {a, b}), None)
+    # k: a reduced index both read, preferably one each reads alone in a dimension (a
+    # convolution's channels c, not its window r of x[b, c, t + r]): whatever the order
+    # inside `over=`, the long reduction is blocked (conv1d: 15.6 against 6.8 ms)
+    both = [x for x in red.over if readers(x) == {a, b}]
+    plain = [x for x in both if all(sp.sympify(ix) == x for n in reads for ix in n.index
+                                    if x in sp.sympify(ix).free_symbols)]
+    k = (plain or both)[-1] if both else None
     if i is None or k is None:
         return None
     batch = tuple(x for x in defn.indices if x not in (i, j))
@@ -210,6 +216,24 @@ def _streams_along(defn, tensor, k):
     return False
 
 
+def window_indices(defn):
+    """Reduced indices read only inside compound index expressions (r in x[t + r])."""
+    red = defn.reduction
+    reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
+    out = set()
+    for x in red.over:
+        uses = [sp.sympify(ix) for n in reads for ix in n.index
+                if x in sp.sympify(ix).free_symbols]
+        if uses and any(ix != x for ix in uses):
+            out.add(x)
+    return out
+
+
+def _origin(stage, var):
+    """The definition's index a loop of `stage` runs over (unsplit loops)."""
+    return next((x for x, e in stage.state.subst.items() if e is var), None)
+
+
 def block_contraction(stage, roles, blocking=None, k_loop=None):
     """Apply the blocked schedule (module docstring) to `stage` with the primitives.
     `k_loop` is the loop of k to block when k was split before (the chunk loop of a
@@ -227,9 +251,16 @@ def block_contraction(stage, roles, blocking=None, k_loop=None):
     parts = [h for h in stage.loops if h.var is private]
     others = [h for h in stage.loops if h.is_reduction and h.var is not private and
               h.var not in (kc.var, k1.var)]
+    # a window's index (r of x[b, c, t + r]: short, read at an offset) runs inside the
+    # register tile next to k, so each tile sums over all of it before its write-back
+    # (conv1d, 8 x 64 -> 64 channels x 1024, window 7: 7.0 -> 4.6 ms); other reduced
+    # indices, of any length, stay outside the blocks of k
+    windows = window_indices(stage.definition)
+    inner = [h for h in others if _origin(stage, h.var) in windows]
+    outer = [h for h in others if h not in inner]
     batch = [h for h in stage.loops
              if not h.is_reduction and h.var not in {x.var for x in (jc, jr, jj, ic, ir, ii)}]
-    stage.reorder(*parts, *batch, jc, *others, kc, ic, jr, ir, k1, ii, jj)
+    stage.reorder(*parts, *batch, jc, *outer, kc, ic, jr, ir, k1, *inner, ii, jj)
     stage.pack(roles.b, kc, layout="loops")
     stage.pack(roles.a, ic, layout="loops")
     stage.unroll(ii)

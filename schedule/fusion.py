@@ -220,20 +220,11 @@ def slice_plan(consumer, root):
 
 
 def _sliced(root, axis, base, step, count, extent):
-    from tex.expr import IndexValue, Reduce, rebuild, with_children
+    from tex.expr import Reduce, substitute_indices
     red = root.reduction
     x = root.indices[axis]
     s = Index("s")
-    moved = {x: x + base + s * step}
-
-    def fn(node, kids):
-        node = with_children(node, kids)
-        if isinstance(node, Access):
-            return Access(node.tensor, [sp.sympify(ix).xreplace(moved) for ix in node.index])
-        if isinstance(node, IndexValue):
-            return IndexValue(node.expr.xreplace(moved))
-        return node
-    body = rebuild(red.body, fn)
+    body = substitute_indices(red.body, {x: x + base + s * step})
     expr = Reduce(red.combiner, body, red.over, red.dtype, red.fast_math, red.strict)
     extents = dict(root.extents)
     extents[x] = extent

@@ -19,7 +19,8 @@ convention), and its outputs' names.
 import sympy as sp
 
 from tex.combiners import COMBINERS
-from tex.expr import Access, Const, Index, IndexValue, Op, Reduce, rebuild, walk, with_children
+from tex.expr import (Access, Const, Index, IndexValue, Op, Reduce, rebuild, substitute_indices,
+                      walk, with_children)
 from tex.program import Program
 from tex.tensor import Definition, compute
 
@@ -168,7 +169,7 @@ def _distribution(s, readers, program, fast_math):
                         red.fast_math and cred.fast_math))
     fresh = {k: Index(k.name) for k in cred.over}
     rename = {**{v: to_s[v] for v in c.indices}, **fresh}
-    x_s = _renamed(x, rename)
+    x_s = substitute_indices(x, rename)
     ys_read = Access(ys, [rename.get(v, v) for v in kept])
     new = compute(s.name, s.indices, Reduce("sum", x_s * ys_read,
                                             tuple(fresh[k] for k in cred.over), red.dtype,
@@ -202,17 +203,6 @@ def _ordered_indices(e):
                     if isinstance(v, Index) and v not in seen:
                         seen.append(v)
     return seen
-
-
-def _renamed(e, rename):
-    def fn(node, kids):
-        node = with_children(node, kids)
-        if isinstance(node, Access):
-            return Access(node.tensor, [sp.sympify(ix).xreplace(rename) for ix in node.index])
-        if isinstance(node, IndexValue):
-            return IndexValue(node.expr.xreplace(rename))
-        return node
-    return rebuild(e, fn)
 
 
 def _text(e):

@@ -465,6 +465,19 @@ def rebuild(e, fn, memo=None):
     return memo[id(e)]
 
 
+def substitute_indices(e, mapping):
+    """`e` with its indices replaced by `mapping` (Index -> index expression) in every
+    read and index value."""
+    def fn(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access):
+            return Access(node.tensor, [sp.sympify(ix).xreplace(mapping) for ix in node.index])
+        if isinstance(node, IndexValue):
+            return IndexValue(node.expr.xreplace(mapping))
+        return node
+    return rebuild(e, fn)
+
+
 def with_children(e, new):
     if isinstance(e, Op):
         return e if all(a is b for a, b in zip(e.args, new)) else Op(e.name, new, e.dtype,

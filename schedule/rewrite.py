@@ -131,7 +131,12 @@ def _distribute_sums(program, fast_math, notes):
 
 
 def _distribution(s, readers, program, fast_math):
-    """(S rewritten, note) for `S = sum_J C[.., J, ..]` over a contraction C, or None."""
+    """(S rewritten, note) for `S = sum_J C[.., J, ..]` where C is a product (or a sum
+    over k of one) whose factors read some of J alone, or None. Each factor is summed
+    over the indices of J only it reads (a definition of its own), and S sums the
+    product of those over k and the rest of J: `sum_j (A @ B)[i, j]` is
+    `sum_k A[i, k] * (sum_j B[k, j])`, `sum_(i, j) A[i] * B[j]` is
+    `(sum_i A[i]) * (sum_j B[j])`."""
     red = s.reduction
     if red is None or red.combiner != "sum" or not isinstance(red.body, Access):
         return None
@@ -140,45 +145,52 @@ def _distribution(s, readers, program, fast_math):
     if not isinstance(c, Definition) or c in program.outputs or readers.get(c) != [s]:
         return None
     cred = c.reduction
-    if cred is None or cred.combiner != "sum" or cred.dtype != red.dtype or \
-            c.dtype != red.dtype:
+    if c.dtype != red.dtype or cred is not None and (cred.combiner != "sum" or
+                                                     cred.dtype != red.dtype):
         return None
+    sums = (red,) if cred is None else (red, cred)
     if not all(COMBINERS["sum"].may_reassociate(r.dtype, fast_math and r.fast_math)
-               for r in (red, cred)):
+               for r in sums):
         return None
     if not all(isinstance(sp.sympify(ix), Index) for ix in read.index) or \
-            len(set(read.index)) != len(read.index):
+            len(set(read.index)) != len(read.index) or set(red.over) - set(read.index):
         return None
     to_s = dict(zip(c.indices, read.index))        # C's output index -> S's index
-    summed = {x for x, y in to_s.items() if y in red.over}
-    if not summed or set(red.over) - set(read.index):
+    summed = [x for x in c.indices if to_s[x] in red.over]
+    body = c.expr if cred is None else cred.body
+    if not summed or not (isinstance(body, Op) and body.name == "multiply" and
+                          len(body.args) == 2):
         return None
-    body = cred.body
-    if not (isinstance(body, Op) and body.name == "multiply" and len(body.args) == 2):
-        return None
-    uses = [_indices_of(a) & summed for a in body.args]
-    if uses[0] and uses[1] or not (uses[0] or uses[1]):
-        return None                  # the summed indices must be read by one factor only
-    x, y = (body.args[0], body.args[1]) if uses[1] else (body.args[1], body.args[0])
+    x, y = body.args
     if x.dtype != red.dtype or y.dtype != red.dtype:
         return None
-    # Y summed over the summed indices: a definition over Y's other indices
-    kept = [v for v in _ordered_indices(y) if v not in summed]
-    ys = compute(f"{c.name}_{'_'.join(v.name for v in sorted(summed, key=str))}sum", kept,
-                 Reduce("sum", y, tuple(v for v in c.indices if v in summed), red.dtype,
-                        red.fast_math and cred.fast_math))
-    fresh = {k: Index(k.name) for k in cred.over}
+    reads = [_indices_of(x), _indices_of(y)]
+    alone = [[v for v in summed if v in reads[n] and v not in reads[1 - n]] for n in (0, 1)]
+    if not alone[0] and not alone[1]:
+        return None                  # every summed index is read by both factors
+    fm = all(r.fast_math for r in sums)
+    fresh = {k: Index(k.name) for k in (cred.over if cred is not None else ())}
     rename = {**{v: to_s[v] for v in c.indices}, **fresh}
-    x_s = substitute_indices(x, rename)
-    ys_read = Access(ys, [rename.get(v, v) for v in kept])
-    new = compute(s.name, s.indices, Reduce("sum", x_s * ys_read,
-                                            tuple(fresh[k] for k in cred.over), red.dtype,
-                                            red.fast_math and cred.fast_math))
-    summed_names = ", ".join(v.name for v in sorted(summed, key=str))
-    note = (f"{s.name} sums {c.name} over {summed_names}: the sum moved inside the "
-            f"contraction ({s.name} = sum over {', '.join(k.name for k in cred.over)} of "
-            f"{_text(x_s)} * {ys.name}, {ys.name} = the sum of {_text(y)}): {c.name} is not "
-            "computed")
+    factors, notes = [], []
+    for factor, own in zip((x, y), alone):
+        if not own:
+            factors.append(substitute_indices(factor, rename))
+            continue
+        kept = [v for v in _ordered_indices(factor) if v not in own]
+        part = compute(f"{c.name}_{'_'.join(v.name for v in own)}sum", kept,
+                       Reduce("sum", factor, tuple(own), red.dtype, fm))
+        factors.append(Access(part, [rename.get(v, v) for v in kept]))
+        notes.append(f"{part.name} = the sum of {_text(factor)} over "
+                     f"{', '.join(v.name for v in own)}")
+    rest = tuple(fresh.values()) + tuple(to_s[v] for v in summed
+                                         if v not in alone[0] + alone[1])
+    product = factors[0] * factors[1]
+    new = compute(s.name, s.indices, Reduce("sum", product, rest, red.dtype, fm)
+                  if rest else product)
+    over = f"sum over {', '.join(v.name for v in rest)} of " if rest else ""
+    note = (f"{s.name} sums {c.name} over {', '.join(to_s[v].name for v in summed)}: the "
+            f"sum moved inside the product ({s.name} = {over}{_text(product)}; "
+            f"{'; '.join(notes)}): {c.name} is not computed")
     return new, note
 
 

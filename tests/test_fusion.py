@@ -348,3 +348,20 @@ def test_a_normalization_keeps_its_rows_and_says_why_it_does_not_fuse():
     m = x.mean(1, keepdims=True)
     want = (x - m) / np.sqrt(((x - m) ** 2).mean(1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(tex.compile(s)(x), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_sum_of_a_product_of_separate_factors_factorizes():
+    """sum over (i, j) of A[i] * B[j] is sum(A) * sum(B): numpy's einsum("i,j->") path,
+    and a 2**31 x 2**31 broadcast that could never be stored sums in seconds."""
+    M_, N_ = tex.sizes("M N")
+    i, j = tex.indices("i j")
+    A1, B1 = tex.tensor("A", (M_,), "float64"), tex.tensor("B", (N_,), "float64")
+    T = tex.compute("T", (i, j), A1[i] * B1[j])
+    R = tex.compute("R", (), tex.sum(T[i, j], over=(i, j)))
+    s = tex.schedule(R).auto()
+    assert "T is not computed" in str(s)
+    f = tex.compile(s)
+    a, b = np.arange(7.0), np.arange(65.0) - 3
+    np.testing.assert_allclose(f(a, b), np.einsum("i,j->", a, b))
+    rows = tex.compute("Rr", (i,), tex.sum(T[i, j], over=j))      # A[i] * sum(B)
+    np.testing.assert_allclose(tex.compile(rows)(a, b), np.outer(a, b).sum(1))

@@ -10,15 +10,16 @@ from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
 # tens of microseconds, as much as ~1M vectorized iterations of a light loop body; a
 # kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
 PARALLEL_MIN_WORK = 1 << 20
+CHUNKS_PER_THREAD = 8       # a parallel loop's iterations are dealt in this many chunks a thread
 
 
 class ParallelMixin:
     """Codegen's parallel loops and interrupt polling."""
 
     def _parallel_loop(self, loop):
-        """Outline the loop into `void fn(ptr ctx, i64 thread, i64 team)` (each thread a
-        contiguous chunk) and run it on tex's thread pool (threads.py), or on this thread
-        alone when the work is small."""
+        """Outline the loop into `void fn(ptr ctx, i64 thread, i64 team)` (the threads
+        take chunks of iterations from a shared counter) and run it on tex's thread pool
+        (threads.py), or on this thread alone when the work is small."""
         b = self.b
         start = self.index(loop.start)
         extent = self.index(loop.extent)
@@ -27,18 +28,20 @@ class ParallelMixin:
         syms = list(self.env.items())
         bufs = list(self.memory.items())
         status = self.eb.alloca(I32, name="par.status")
+        counter = self.eb.alloca(I64, name="par.next")
         # constant strides (local and packed buffers) stay constants in the outlined
         # function, so its vector loops know their steps at compile time
         ints = [v for _, v in syms] + [start, extent] + [st for _, (_, sts) in bufs for st in sts
                                                          if not isinstance(st, ir.Constant)]
         ctx_i = self.eb.alloca(I64, size=ir.Constant(I64, len(ints)), name="par.ints")
-        ptrs = [ctx_i, status] + [p for _, (p, _) in bufs]
+        ptrs = [ctx_i, status, counter] + [p for _, (p, _) in bufs]
         ctx = self.eb.alloca(PTR, size=ir.Constant(I64, len(ptrs)), name="par.ctx")
         for n, v in enumerate(ptrs):
             b.store(v, b.gep(ctx, [ir.Constant(I64, n)], source_etype=PTR))
         for n, v in enumerate(ints):
             b.store(v, b.gep(ctx_i, [ir.Constant(I64, n)], source_etype=I64))
         b.store(ir.Constant(I32, 0), status)
+        b.store(ir.Constant(I64, 0), counter)
         fn = self._outlined(loop, bufs, syms)
         threads = self.env[NTHREADS]
         # a team pays only for enough work spread over at least two iterations; otherwise
@@ -77,8 +80,13 @@ class ParallelMixin:
         return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
 
     def _outlined(self, loop, bufs, syms):
-        """`void fn(ptr ctx, i64 thread, i64 team)`: the loop's chunk of iterations for
-        one thread, reading the enclosing function's values and buffers from `ctx`."""
+        """`void fn(ptr ctx, i64 thread, i64 team)`: one thread's share of the loop,
+        reading the enclosing function's values and buffers from `ctx`. The iterations
+        are dealt in chunks (about eight a thread) from a shared counter, not split in
+        equal parts up front: a thread that loses its core for a while (to numpy's BLAS
+        threads, which spin for a while after each call, or another process) leaves its
+        chunks to the others instead of holding up the whole region. Which thread runs
+        an iteration never changes a result (iterations write apart)."""
         n = sum(1 for g in self.module.globals if g.startswith(f"{self.name}.par"))
         fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]),
                          name=f"{self.name}.par{n}")
@@ -89,25 +97,23 @@ class ParallelMixin:
             def load(base, k, ty):
                 return b.load(b.gep(base, [ir.Constant(I64, k)], source_etype=ty), typ=ty)
             ctx_i, shared_status = load(ctx, 0, PTR), load(ctx, 1, PTR)
+            counter = load(ctx, 2, PTR)
             n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
                                          for _, (_, sts) in bufs for st in sts)
             ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
             self.env.update({sym: next(ints) for sym, _ in syms})
             start, extent = next(ints), next(ints)
             for k, (buf, (_, sts)) in enumerate(bufs):
-                self.memory[buf] = (load(ctx, k + 2, PTR), [st if isinstance(st, ir.Constant)
+                self.memory[buf] = (load(ctx, k + 3, PTR), [st if isinstance(st, ir.Constant)
                                                             else next(ints) for st in sts])
             outside = _buffers_outside(self.kernel, loop)
             scoped = {id(n.buffer) for n in walk(loop) if isinstance(n, Allocate)}
             for buf in buffers_of(loop):
                 if buf.scope is Scope.LOCAL and buf not in outside and id(buf) not in scoped:
                     self._alloca(buf)                 # private to each thread
-            chunk = floor_div(b, b.add(extent, b.sub(nt, ir.Constant(I64, 1))), nt)
-            lo = b.mul(tid, chunk)
-            hi = b.add(lo, chunk)
-            hi = b.select(b.icmp_signed("<", hi, extent), hi, extent)
-            lo = b.select(b.icmp_signed("<", lo, hi), lo, hi)
-            self._serial_loop(loop, b.add(start, lo), b.add(start, hi))
+            self._chunks(counter, extent, nt,
+                         lambda lo, hi: self._serial_loop(loop, b.add(start, lo),
+                                                          b.add(start, hi)))
             self._free_temps()
             b.ret_void()
             b.position_at_end(self.fail_block)
@@ -116,6 +122,30 @@ class ParallelMixin:
             b.ret_void()
             self.eb.branch(self.scope.start)
         return fn
+
+    def _chunks(self, counter, extent, team, body):
+        """while (lo = fetch_add(counter, grain)) < extent: body(lo, min(lo + grain,
+        extent)), with grain = ceil(extent / (8 * team))."""
+        b = self.b
+        parts = b.mul(team, ir.Constant(I64, CHUNKS_PER_THREAD))
+        grain = floor_div(b, b.add(extent, b.sub(parts, ir.Constant(I64, 1))), parts)
+        grain = b.select(b.icmp_signed("<", grain, ir.Constant(I64, 1)),
+                         ir.Constant(I64, 1), grain)
+        head = self.fn.append_basic_block("chunk.head")
+        work = self.fn.append_basic_block("chunk.body")
+        done = self.fn.append_basic_block("chunk.end")
+        b.branch(head)
+        b.dominated(head)
+        b.position_at_end(head)
+        b.dominated(work)
+        b.dominated(done)
+        lo = b.atomic_rmw("add", counter, grain, "monotonic")
+        b.cbranch(b.icmp_signed("<", lo, extent), work, done)
+        b.position_at_end(work)
+        hi = b.add(lo, grain)
+        body(lo, b.select(b.icmp_signed("<", hi, extent), hi, extent))
+        b.branch(head)
+        b.position_at_end(done)
 
     def _listen_for_interrupts(self):
         """Clear tex_rt_interrupt (a Ctrl-C between calls is Python's business), and

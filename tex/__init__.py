@@ -3,10 +3,10 @@
 The public names are re-exported here only; tex's own modules never import this file's
 names (the import graph runs DSL -> scheduler -> backends).
 
-`import tex` loads only what it needs (numpy and a few small modules): sympy, networkx
-and llvmlite come in with the first name that uses them (PEP 562 `__getattr__` below),
-and `tex.einsum` loads a kernel compiled by an earlier process without any of them but
-llvmlite (tex/warm.py).
+`import tex` loads only what it needs (numpy and a few small modules): sympy and
+llvmlite come in with the first name that uses them (PEP 562 `__getattr__` below), and
+`tex.einsum` runs a kernel compiled by an earlier process without sympy
+(backends/llvm/warm.py).
 """
 import importlib
 import sys
@@ -14,7 +14,7 @@ import types
 
 from .errors import ScheduleError, ShapeError
 from .dtypes import SUPPORTED as dtypes_supported
-from .warm import einsum
+from .backends.llvm.warm import einsum
 from .backends.llvm.calls import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"

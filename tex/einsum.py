@@ -46,9 +46,9 @@ from .expr import Index, cast, sizes
 from .expr import sum as tex_sum
 from .program import Program
 from .tensor import Tensor, compute, tensor
-from . import warm
-from .warm import MISS as _MISS, Kernel as _Kernel
-from .warm import make_guard as _make_guard, reordered as _reordered
+from .backends.llvm import warm
+from .backends.llvm.warm import MISS as _MISS, Kernel as _Kernel
+from .backends.llvm.warm import make_guard as _make_guard, reordered as _reordered
 
 ELLIPSIS = "..."
 _LETTERS = frozenset(string.ascii_letters)

@@ -1,5 +1,5 @@
 """The light half of the call path: the thread count every generated call path reads,
-kept here (no sympy, no llvmlite) so that `import tex` and a warm start (tex/warm.py)
+kept here (no sympy, no llvmlite) so that `import tex` and a warm start (backends/llvm/warm.py)
 need neither. runtime.py re-exports these names."""
 import os
 import warnings

@@ -29,14 +29,12 @@ Code is generated for the CPU and features llvmlite reports for this host; nothi
 hard-coded (a machine without AVX-512 gets AVX2 code).
 """
 import collections
-import ctypes.util
 import hashlib
 import hmac
 import importlib.util
 import os
 import stat
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -137,9 +135,14 @@ Host = Machine          # the name tex's benchmarks and older code use
 def _load_libm():
     """expf, tanhf, erf...: libm's symbols, for the kernels that call them."""
     if not _libm:
-        path = ctypes.util.find_library("m")
-        if path:
+        path = "libm.so.6"          # glibc's soname: no `ldconfig -p` run to find it
+        try:
             llvm.load_library_permanently(path)
+        except RuntimeError:
+            import ctypes.util
+            path = ctypes.util.find_library("m")
+            if path:
+                llvm.load_library_permanently(path)
         _libm.append(path)
 
 
@@ -178,6 +181,7 @@ class CompilerProcess:
     MAX_COMPILES = 200
 
     def __init__(self, machine):
+        import subprocess              # imported here: a warm start never starts one
         self.errors = tempfile.TemporaryFile()
         self.cpu, self.features = machine.cpu, machine.features
         self.proc = subprocess.Popen(
@@ -210,7 +214,7 @@ class CompilerProcess:
                 pass
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except Exception:               # subprocess.TimeoutExpired
             self.proc.kill()
         self.errors.close()
 
@@ -431,7 +435,7 @@ def load(text, symbol, make_ir=None, kind="kernel"):
 
 def load_key(key, symbol, make_ir=None, kind="kernel"):
     """`load` by the cache key itself; without `make_ir`, None on a cache miss (a warm
-    start, tex/warm.py, which knows the key from an earlier process's record)."""
+    start, backends/llvm/warm.py, which knows the key from an earlier process's record)."""
     with _lock:
         hit = _memory.get(key)
         if hit is not None:

@@ -91,7 +91,7 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     address, engine = jit.load_key(key, symbol, make_ir)
     compiled = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
     compiled.casting = compiled._sig.casting = casting
-    compiled._sig.object_key = key          # what tex/warm.py records for a warm start
+    compiled._sig.object_key = key          # what backends/llvm/warm.py records for a warm start
     if bounds_check:
         compiled._sig.bounds = (fast_math, engine.get_global_value_address(f"{symbol}.bounds"))
     return compiled

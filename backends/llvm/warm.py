@@ -29,8 +29,9 @@ import sys
 
 import numpy as np
 
-from .errors import ShapeError
-from .backends.llvm.calls import _NUM_THREADS
+from tex.errors import ShapeError
+
+from .calls import _NUM_THREADS
 
 MISS = object()
 RECORD_VERSION = "tex-warm-1"
@@ -151,9 +152,9 @@ def source_hash(folders):
 
 
 def _package_folders():
-    from . import scheduler, backends        # the two small package __init__ files
-    return [os.path.dirname(m.__file__) for m in (sys.modules[__package__], scheduler,
-                                                  backends)]
+    """tex's three source folders (the DSL, tex.scheduler, tex.backends)."""
+    return [os.path.dirname(sys.modules[name].__file__)
+            for name in ("tex", "tex.scheduler", "tex.backends")]
 
 
 _SOURCE = []
@@ -161,8 +162,8 @@ _SOURCE = []
 
 def call_key(key):
     """The call-level key of einsum's kernel key `key` (see the module docstring)."""
-    from .backends.llvm import jit
-    from .scheduler.target import target
+    from . import jit
+    from ...scheduler.target import target
     if not _SOURCE:
         _SOURCE.append(source_hash(_package_folders()))
     parts = [RECORD_VERSION, _SOURCE[0], jit.Machine.get().fingerprint, repr(target()),
@@ -207,7 +208,7 @@ def record(key, entry):
     fn = _describe(entry.fn)
     if fn is None:
         return
-    from .backends.llvm import jit
+    from . import jit
     rec = {"version": RECORD_VERSION, "fn": fn, "perm": entry.perm, "dtype": entry.dtype.str,
            "scalar": entry.scalar, "out_dims": entry.out_dims,
            "dtypes_in": [k.str for k in key[4::2]]}
@@ -227,7 +228,7 @@ def _describe(fn):
     sig, source = g.get("_sig"), getattr(fn, "source", None)
     if source is None or getattr(sig, "object_key", None) is None or sig.bounds is not None:
         return None
-    from .backends.llvm import irtypes
+    from . import irtypes
     consts = {}
     for name, value in g.items():
         if name.startswith(("_dt", "_odt")):
@@ -242,12 +243,12 @@ def _describe(fn):
 
 def _load(ckey):
     """The Kernel a record on disk describes, or None (no record, or an object missing)."""
-    from .backends.llvm import jit
+    from . import jit
     payload = jit.read_cached(ckey, "calls", check=_is_record)
     if payload is None:
         return None
     rec = json.loads(payload)
-    from .backends.llvm import threads
+    from . import threads
     threads.runtime()            # the symbols every kernel links against
     fn = _build(rec["fn"])
     if fn is None:
@@ -281,7 +282,7 @@ def _fallback(*args, **kwargs):
 
 
 def _call_path(c):
-    from .backends.llvm import jit
+    from . import jit
     loaded = jit.load_key(c["object"], c["symbol"])
     if loaded is None:
         return None

@@ -19,16 +19,16 @@ import tempfile
 CHILD = """
 import sys, time
 import numpy as np
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import tex
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 spec, shapes = {spec!r}, {shapes!r}
 ops = [np.ones(s, np.float32) for s in shapes]
-t2 = time.perf_counter()
+t2, c2 = time.perf_counter(), time.process_time()
 tex.einsum(spec, *ops)
-t3 = time.perf_counter()
+t3, c3 = time.perf_counter(), time.process_time()
 heavy = [m for m in ("sympy", "networkx", "llvmlite") if m in sys.modules]
-print(t1 - t0, t3 - t2, ",".join(heavy) or "-")
+print(t1 - t0, t3 - t2, c1 - c0, c3 - c2, ",".join(heavy) or "-")
 """
 
 CASES = [
@@ -67,8 +67,8 @@ def run(code, cache):
 
 
 def first_call(spec, shapes, cache):
-    imp, call, heavy = run(CHILD.format(spec=spec, shapes=shapes), cache)
-    return float(imp), float(call), heavy
+    *times, heavy = run(CHILD.format(spec=spec, shapes=shapes), cache)
+    return (*map(float, times), heavy)
 
 
 def measure(repeat):
@@ -83,17 +83,16 @@ def measure(repeat):
         first_call("ik,kj->ij", [(256, 256), (256, 256)], cache)
         runs = [first_call("ik,kj->ij", [(256, 256), (256, 256)], cache)
                 for _ in range(repeat)]
-    rows.append(("warm start matmul (kernel on disk)", runs))
+    rows.append(("warm start matmul (on disk)", runs))
     return rows
 
 
 def import_only(repeat):
-    code = ("import time, sys, numpy\nt = time.perf_counter()\nimport tex\n"
-            "print(time.perf_counter() - t, 0, ','.join(m for m in ('sympy', 'networkx', "
-            "'llvmlite') if m in sys.modules) or '-')")
+    code = ("import time, sys, numpy\nt, c = time.perf_counter(), time.process_time()\n"
+            "import tex\nprint(time.perf_counter() - t, 0, time.process_time() - c, 0, "
+            "','.join(m for m in ('sympy', 'networkx', 'llvmlite') if m in sys.modules) or '-')")
     with tempfile.TemporaryDirectory(prefix="tex-latency-") as cache:
-        return [tuple(float(x) if n < 2 else x for n, x in enumerate(run(code, cache)))
-                for _ in range(repeat)]
+        return [(*map(float, r[:4]), r[4]) for r in (run(code, cache) for _ in range(repeat))]
 
 
 def main():
@@ -102,13 +101,18 @@ def main():
     ap.add_argument("--runtime", action="store_true")
     args = ap.parse_args()
     imports = import_only(args.repeat)
-    print(f"{'what':44s} {'call ms':>9s} {'import+call':>12s}  heavy modules loaded")
-    print(f"{'import tex (beyond numpy)':44s} {1e3 * statistics.median(r[0] for r in imports):9.0f}"
-          f" {'':12s}  {imports[-1][2]}")
+    print("milliseconds, median of each figure over the runs; cpu = this process's CPU time")
+    print(f"{'what':40s} {'wall':>6s} {'cpu':>6s} {'import+call':>12s} {'cpu':>6s}"
+          "  heavy modules loaded")
+
+    def med(runs, f):
+        return 1e3 * statistics.median(f(r) for r in runs)
+    print(f"{'import tex (beyond numpy)':40s} {med(imports, lambda r: r[0]):6.0f} "
+          f"{med(imports, lambda r: r[2]):6.0f} {'':12s} {'':6s}  {imports[-1][4]}")
     for label, runs in measure(args.repeat):
-        call = 1e3 * statistics.median(r[1] for r in runs)
-        total = 1e3 * statistics.median(r[0] + r[1] for r in runs)
-        print(f"{label:44s} {call:9.0f} {total:12.0f}  {runs[-1][2]}")
+        print(f"{label:40s} {med(runs, lambda r: r[1]):6.0f} {med(runs, lambda r: r[3]):6.0f} "
+              f"{med(runs, lambda r: r[0] + r[1]):12.0f} {med(runs, lambda r: r[2] + r[3]):6.0f}"
+              f"  {runs[-1][4]}")
     if args.runtime:
         with tempfile.TemporaryDirectory(prefix="tex-latency-") as cache:
             mm, rs = map(float, run(RUNTIME, cache))

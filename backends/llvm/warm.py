@@ -40,7 +40,6 @@ _ndarray = np.ndarray
 _entries = collections.OrderedDict()   # call key -> Kernel (or None: no record on disk)
 _guards = {}                    # subscripts -> the guard of its last kernel
 _full = []                      # tex.einsum.einsum, once imported
-MAX_ENTRIES = 512
 
 # A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
 # the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
@@ -128,8 +127,10 @@ def reordered(fn, perm):
 
 
 def remember(key, entry):
-    """Keep `entry` (a Kernel, or None for a key without a record) in this process."""
-    while len(_entries) >= MAX_ENTRIES:
+    """Keep `entry` (a Kernel, or None for a key without a record) in this process, as
+    many as the kernels the JIT keeps (an entry holds its kernel's code)."""
+    from . import jit
+    while len(_entries) >= jit.kernel_cache_size():
         _entries.popitem(last=False)
         _guards.clear()
     _entries[key] = entry

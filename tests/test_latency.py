@@ -145,3 +145,32 @@ def test_source_hash_follows_every_file(tmp_path):
     assert source_hash([tmp_path]) != before
     (tmp_path / "sub" / "b.py").write_text("y = 2\n")
     assert source_hash([tmp_path]) == before
+
+
+def test_dag_order_is_networkx_order():
+    """tex/dag.py replaced networkx: the same lexicographic topological order (which
+    fixes the order of definitions, so the kernels and their cache keys), and cycles
+    are found."""
+    import random
+    from tex import dag
+    nx = pytest.importorskip("networkx")
+    rng = random.Random(0)
+    for _ in range(50):
+        n = rng.randint(1, 12)
+        edges = [(a, b) for a in range(n) for b in range(a + 1, n) if rng.random() < 0.3]
+        names = rng.sample(range(100), n)            # insertion order != node order
+        g, h = dag.DiGraph(), nx.DiGraph()
+        for k in names[:n]:
+            g.add_node(k % n)
+            h.add_node(k % n)
+        for a, b in edges:
+            g.add_edge(a, b)
+            h.add_edge(a, b)
+        key = {v: rng.randint(0, 3) for v in range(n)}.__getitem__
+        assert dag.topological_order(g, key) == list(
+            nx.lexicographical_topological_sort(h, key=key))
+        assert dag.is_acyclic(g)
+        if edges:
+            a, b = edges[0]
+            g.add_edge(b, a)
+            assert not dag.is_acyclic(g)

@@ -17,9 +17,9 @@ the nest is lowered (stage.py, epilogue.py).
 """
 from dataclasses import dataclass
 
-import networkx as nx
 import sympy as sp
 
+from tex.dag import DiGraph, is_acyclic, topological_order
 from tex.expr import Access, Index, walk as walk_expr
 from tex.tensor import Definition
 
@@ -66,7 +66,7 @@ def consumer_map(consumer, root, members):
 
 def _contracted(program, root_of):
     """The DAG of definitions with each group (`root_of`: member -> root) one node."""
-    g = nx.DiGraph()
+    g = DiGraph()
     for d in program.definitions:
         g.add_node(root_of.get(d, d))
         for t in d.reads():
@@ -78,15 +78,14 @@ def _contracted(program, root_of):
 
 
 def groups_acyclic(program, root_of):
-    return nx.is_directed_acyclic_graph(_contracted(program, root_of))
+    return is_acyclic(_contracted(program, root_of))
 
 
 def stage_order(program, root_of):
     """The roots and unfused definitions in an order that respects the contracted DAG
     (ties by program order)."""
     rank = {d: n for n, d in enumerate(program.definitions)}
-    return list(nx.lexicographical_topological_sort(_contracted(program, root_of),
-                                                    key=lambda d: rank[d]))
+    return topological_order(_contracted(program, root_of), key=lambda d: rank[d])
 
 
 def members_of(fused, root):

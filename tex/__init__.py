@@ -2,23 +2,71 @@
 
 The public names are re-exported here only; tex's own modules never import this file's
 names (the import graph runs DSL -> scheduler -> backends).
+
+`import tex` loads only what it needs (numpy and a few small modules): sympy and
+llvmlite come in with the first name that uses them (PEP 562 `__getattr__` below), and
+`tex.einsum` runs a kernel compiled by an earlier process without sympy
+(backends/llvm/warm.py).
 """
+import importlib
+import sys
+import types
+
 from .errors import ScheduleError, ShapeError
 from .dtypes import SUPPORTED as dtypes_supported
-from .expr import (Index, Param, abs, argmax, argmin, cast, erf, exp, gelu, indices, log,
-                   max, maximum, min, minimum, param, prod, relu, sigmoid, sizes, sqrt, sum,
-                   tanh, where)
-from .library import (ceil, clip, cos, expm1, floor, isfinite, isnan, log1p, logsumexp, mean,
-                      round, rsqrt, sign, silu, sin, softmax, softplus, std, var)
-from .tensor import Definition, Tensor, compute, tensor
-from .program import Program
-
-from .scheduler.schedule import Schedule, schedule
-from .backends.llvm.runtime import compile, get_num_threads, set_num_threads
-from .einsum import einsum, einsum_program
-from . import interop  # noqa: F401  (numpy's protocols on expressions: np.exp(expr), ...)
+from .backends.llvm.warm import einsum
+from .backends.llvm.calls import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
+
+# public name -> the module (relative to tex) that defines it, imported on first use
+_LAZY = {}
+for _module, _names in {
+    ".expr": "Index Param abs argmax argmin cast erf exp gelu indices log max maximum min "
+             "minimum param prod relu sigmoid sizes sqrt sum tanh where",
+    ".library": "ceil clip cos expm1 floor isfinite isnan log1p logsumexp mean round rsqrt "
+                "sign silu sin softmax softplus std var",
+    ".tensor": "Definition Tensor compute tensor",
+    ".program": "Program",
+    ".scheduler.schedule": "Schedule schedule",
+    ".backends.llvm.runtime": "compile",
+    ".einsum": "einsum_program",
+}.items():
+    _LAZY.update(dict.fromkeys(_names.split(), _module))
+del _module, _names
+
+
+def __getattr__(name):
+    """A public name's first use: import its module (and tex.interop, which installs
+    numpy's protocols on expressions and must be in place before any expression is
+    built), then keep the name here so that later uses are plain attribute reads."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tex' has no attribute {name!r}")
+    importlib.import_module(".interop", __name__)
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Package(types.ModuleType):
+    """Importing a submodule sets it as an attribute of its package: the late import of
+    tex/einsum.py or tex/tensor.py would hide the functions `tex.einsum` and `tex.tensor`
+    (an eager `from .einsum import einsum` overwrote the module again). Public names
+    win here, as they did."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and (name in _LAZY or name == "einsum"):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "ScheduleError", "ShapeError", "Index", "Param", "Tensor", "Definition", "Program",

@@ -46,6 +46,9 @@ from .expr import Index, cast, sizes
 from .expr import sum as tex_sum
 from .program import Program
 from .tensor import Tensor, compute, tensor
+from .backends.llvm import warm
+from .backends.llvm.warm import MISS as _MISS, Kernel as _Kernel
+from .backends.llvm.warm import make_guard as _make_guard, reordered as _reordered
 
 ELLIPSIS = "..."
 _LETTERS = frozenset(string.ascii_letters)
@@ -358,37 +361,8 @@ def _contract(name, picked, keep, result, out_dtype):
 
 # ---------------------------------------------------------------- einsum on arrays
 
-# A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
-# the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
-# giving each output dimension; `guard`: the fast path's call (see _make_guard).
-_Kernel = collections.namedtuple("_Kernel", "fn perm dtype scalar out_dims guard")
-
 _kernels = {}       # (subscripts, dtype, casting, optimize, per operand: dtype, ones or ndim)
 _guards = {}        # subscripts -> the guard of its last kernel used with default keywords
-_MISS = object()
-_ndarray = np.ndarray
-
-
-def _make_guard(fn, perm, scalar, dtypes_in):
-    """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
-    kernel's dtype and the kernel accepts their shapes, else _MISS. The kernel's own checks
-    make this safe: a shape whose pattern of 1s differs from the compiled one either gives
-    the same values or fails a size check (ShapeError), which sends the call to the
-    general path."""
-    xs = [f"x{k}" for k in range(len(dtypes_in))]
-    test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k}" for k, x in enumerate(xs))
-    args = ", ".join(xs[p] for p in (perm or range(len(xs))))
-    src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
-           f"    if not rest and {test}:\n"
-           f"        try:\n"
-           f"            return fn({args}){'[()]' if scalar else ''}\n"
-           f"        except ShapeError:\n"
-           f"            pass\n"
-           f"    return _MISS\n")
-    scope = {"fn": fn, "_nd": _ndarray, "_MISS": _MISS, "ShapeError": ShapeError,
-             **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)}}
-    exec(compile(src, "<tex einsum guard>", "exec"), scope)
-    return scope["guard"]
 
 
 def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting="safe",
@@ -419,11 +393,7 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
                               optimize=optimize).outputs[0]
     arrays = [np.asarray(a) for a in operands]
     greedy = optimize is False or optimize is True or optimize == "greedy"
-    path_key = None if len(arrays) <= 2 else "greedy" if greedy else repr(optimize)
-    key = [subscripts, dtype, casting, path_key]
-    for a in arrays:
-        key += (a.dtype, 1 in a.shape and tuple([d == 1 for d in a.shape]) or a.ndim)
-    key = tuple(key)
+    key = warm.kernel_key(subscripts, arrays, dtype, casting, optimize)
     entry = _kernels.get(key)
     if entry is None:
         entry = _compile_kernel(key, subscripts, arrays, dtype, casting, optimize)
@@ -462,6 +432,7 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs])
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
+    warm.record(key, entry)         # for the next process's warm start
     return entry
 
 
@@ -503,16 +474,7 @@ def _chain(plan):
                                        plan.result, out_dtype)
         steps.append((tuple(positions[k] for k in order), fn))
         terms.append((keep, False, out_dtype))
-
-    def run(*operands, out=None):
-        values = list(operands)
-        for n, (positions, fn) in enumerate(steps):
-            args = [values[p] for p in positions]
-            for p in sorted(positions, reverse=True):
-                del values[p]
-            values.append(fn(*args) if out is None or n < len(steps) - 1 else fn(*args, out=out))
-        return values[0]
-    return run
+    return warm.chain(steps)
 
 
 def _step_kernel(picked, keep, result, out_dtype):
@@ -550,12 +512,6 @@ def _step_kernel(picked, keep, result, out_dtype):
         hit = fn if perm is None else _reordered(fn, perm)
         _remember(_steps, key, hit)
     return hit, order, kept
-
-
-def _reordered(fn, perm):
-    def call(*args, out=None):
-        return fn(*[args[p] for p in perm], out=out)
-    return call
 
 
 def compile_program(program):

@@ -1,12 +1,12 @@
-"""A program: the DAG of definitions that some outputs read (networkx).
+"""A program: the DAG of definitions that some outputs read (tex/dag.py).
 
 Nodes are tensors (inputs and definitions); an edge t -> d means definition d reads t.
 The program fixes the calling convention of a compiled kernel: inputs in order of first
 use, the sizes bound from their shapes, the call-time parameters, and the outputs.
 """
-import networkx as nx
 import sympy as sp
 
+from . import dag
 from .errors import ShapeError
 from .html import box, code, pre
 from .expr import Index, IndexValue, Param, walk
@@ -26,7 +26,7 @@ class Program:
             if not isinstance(o, Definition):
                 raise TypeError(f"{o!r} is not a tex.compute definition")
         self.outputs = outputs
-        self.graph = nx.DiGraph()
+        self.graph = dag.DiGraph()
         stack, seen = list(outputs), set()
         while stack:
             t = stack.pop()
@@ -66,7 +66,7 @@ class Program:
         defs = [t for t in self.graph.nodes if isinstance(t, Definition)]
         rank = {d: n for n, d in enumerate(defs)}
         sub = self.graph.subgraph(defs)
-        return tuple(nx.lexicographical_topological_sort(sub, key=lambda d: rank[d]))
+        return tuple(dag.topological_order(sub, key=lambda d: rank[d]))
 
     def _inputs_in_order_of_use(self):
         out = []

@@ -29,13 +29,12 @@ Code is generated for the CPU and features llvmlite reports for this host; nothi
 hard-coded (a machine without AVX-512 gets AVX2 code).
 """
 import collections
-import ctypes.util
 import hashlib
 import hmac
+import importlib.util
 import os
 import stat
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -54,11 +53,12 @@ def _codegen_source_hash():
     """The code generator's source (this folder's modules, and schedule/stage.py, whose
     reduction identities it uses): a change to it changes the IR a loop nest turns
     into, so it is part of every cache key."""
-    from ...scheduler import stage
+    # found, not imported: stage.py imports sympy, which a warm start never needs
+    stage = importlib.util.find_spec(__name__.rsplit(".", 3)[0] + ".scheduler.stage").origin
     folder = os.path.dirname(os.path.abspath(__file__))
     paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
     h = hashlib.sha256()
-    for path in paths + [stage.__file__]:
+    for path in paths + [stage]:
         with open(path, "rb") as f:
             h.update(os.path.basename(path).encode() + b"\0" + f.read())
     return h.hexdigest()[:16]
@@ -135,9 +135,14 @@ Host = Machine          # the name tex's benchmarks and older code use
 def _load_libm():
     """expf, tanhf, erf...: libm's symbols, for the kernels that call them."""
     if not _libm:
-        path = ctypes.util.find_library("m")
-        if path:
+        path = "libm.so.6"          # glibc's soname: no `ldconfig -p` run to find it
+        try:
             llvm.load_library_permanently(path)
+        except RuntimeError:
+            import ctypes.util
+            path = ctypes.util.find_library("m")
+            if path:
+                llvm.load_library_permanently(path)
         _libm.append(path)
 
 
@@ -176,6 +181,7 @@ class CompilerProcess:
     MAX_COMPILES = 200
 
     def __init__(self, machine):
+        import subprocess              # imported here: a warm start never starts one
         self.errors = tempfile.TemporaryFile()
         self.cpu, self.features = machine.cpu, machine.features
         self.proc = subprocess.Popen(
@@ -208,7 +214,7 @@ class CompilerProcess:
                 pass
         try:
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
+        except Exception:               # subprocess.TimeoutExpired
             self.proc.kill()
         self.errors.close()
 
@@ -361,9 +367,9 @@ def _cache_path(folder, key, kind):
     return os.path.join(folder, kind, key + ".o")
 
 
-def read_cached(key, kind="kernel"):
-    """The cached object bytes, or None if absent, untrusted or damaged (damaged files
-    are removed)."""
+def read_cached(key, kind="kernel", check=_is_relocatable_object):
+    """The cached object bytes (or another payload that passes `check`), or None if
+    absent, untrusted or damaged (damaged files are removed)."""
     folder = trusted_dir()
     secret = folder and _secret(folder)
     if not secret:
@@ -383,7 +389,7 @@ def read_cached(key, kind="kernel"):
         (length,) = struct.unpack("<Q", blob[len(MAGIC):len(MAGIC) + 8])
         digest, payload = blob[len(MAGIC) + 8:head], blob[head:]
         ok = (length == len(payload) and hmac.compare_digest(digest, _digest(secret, key, payload))
-              and _is_relocatable_object(payload))
+              and check(payload))
     if not ok:
         STATS["corrupt"] += 1
         try:
@@ -424,7 +430,12 @@ def load(text, symbol, make_ir=None, kind="kernel"):
     Returns (address, engine); keep the engine alive as long as the address is used.
     Kernels are kept in the bounded memory cache; other kinds (the thread runtime)
     are not."""
-    key = cache_key(text)
+    return load_key(cache_key(text), symbol, make_ir or (lambda: text), kind)
+
+
+def load_key(key, symbol, make_ir=None, kind="kernel"):
+    """`load` by the cache key itself; without `make_ir`, None on a cache miss (a warm
+    start, backends/llvm/warm.py, which knows the key from an earlier process's record)."""
     with _lock:
         hit = _memory.get(key)
         if hit is not None:
@@ -432,10 +443,12 @@ def load(text, symbol, make_ir=None, kind="kernel"):
             _memory.move_to_end(key)
             return hit[1], hit[0]
         obj = read_cached(key, kind)
+        if obj is None and make_ir is None:
+            return None
         if obj is None:
             if kind == "kernel" and STATS["compiled"] >= IN_PROCESS_COMPILES:
                 _compiler_process()      # starts while make_ir() builds the IR
-            ir_text = make_ir() if make_ir is not None else text
+            ir_text = make_ir()
             if kind == "kernel":
                 obj = compile_object(ir_text)
             else:     # the runtime: one small module, compiled once per machine, here

@@ -1,5 +1,7 @@
 """Parallel loops and Ctrl-C: a PARALLEL loop is outlined into a function of its own
 run on tex's thread pool (threads.py), and long loops poll the interrupt flag."""
+import functools
+
 import sympy as sp
 from llvmlite import ir
 
@@ -77,7 +79,9 @@ class ParallelMixin:
             return inner
         if not (isinstance(inner, ir.Constant) and inner.constant >= 1):
             inner = b.select(b.icmp_signed("<", inner, one), one, inner)
-        return b.mul(self.index(sp.sympify(node.extent).xreplace(at_zero)), inner)
+        extent = sp.sympify(node.extent)
+        zeroed = frozenset(at_zero).intersection(extent.free_symbols)
+        return b.mul(self.index(_at_zero(extent, zeroed) if zeroed else extent), inner)
 
     def _outlined(self, loop, bufs, syms):
         """`void fn(ptr ctx, i64 thread, i64 team)`: one thread's share of the loop,
@@ -188,3 +192,11 @@ def _buffers_outside(kernel, loop):
             out.update(buffers_of(n))
         stack.extend(getattr(n, "body", ()))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _at_zero(extent, zeroed):
+    """`extent` with the loop variables `zeroed` at 0. Memoized (per process, keyed by
+    the variables it mentions only): sympy re-evaluates every Min it rebuilds, which
+    was most of a matmul's code generation time."""
+    return extent.xreplace(dict.fromkeys(zeroed, 0))

@@ -15,7 +15,6 @@ import operator
 import os
 import re
 import secrets
-import warnings
 import weakref
 
 import numpy as np
@@ -32,59 +31,13 @@ from ...scheduler.printer import format_nest
 from . import codegen, irtypes, jit, threads
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
-from .threads import MAX_WORKERS
-
-# threads at most: more than the pool's MAX_WORKERS + 1 would not run anyway, and a
-# count far beyond the machine only costs memory (each thread has its own stack)
-MAX_THREADS = MAX_WORKERS + 1
-
-
-def _available_cpus():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def _default_threads():
-    """TEX_NUM_THREADS, else the CPUs this process may use. A value that is not an
-    integer from 1 to MAX_THREADS gets a warning (never an error: `import tex` must
-    not fail on the environment) and the default."""
-    env = os.environ.get("TEX_NUM_THREADS")
-    cpus = min(MAX_THREADS, _available_cpus() or 1)
-    if not env:
-        return cpus
-    try:
-        n = int(env)
-    except ValueError:
-        n = None
-    if n is None or not 1 <= n <= MAX_THREADS:
-        warnings.warn(f"TEX_NUM_THREADS={env!r} is not an integer from 1 to {MAX_THREADS}; "
-                      f"using {cpus} threads", RuntimeWarning, stacklevel=2)
-        return cpus
-    return n
-
-
-_NUM_THREADS = [_default_threads()]     # read by every generated call path
-
+from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  # noqa: F401
 
 # split-K's part count at call time, as Python source over the thread count `t`, the
 # rows the threads would otherwise share and the reduction's length: split across the
 # threads only when the rows are too few to keep every thread busy (fewer than 4 a
 # thread) and the reduction is long enough to amortise the merge
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else {t}"
-
-
-def set_num_threads(n):
-    """Threads for parallel loops from now on (default: TEX_NUM_THREADS, else the CPUs
-    this process may use): an integer from 1 to MAX_THREADS (256)."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-        raise TypeError(f"set_num_threads: the thread count must be an integer, not {n!r}")
-    if not 1 <= n <= MAX_THREADS:
-        raise ValueError(f"set_num_threads: the thread count must be from 1 to {MAX_THREADS}, "
-                         f"got {n}")
-    _NUM_THREADS[0] = int(n)
-
-
-def get_num_threads():
-    return _NUM_THREADS[0]
 
 
 def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True):
@@ -134,9 +87,11 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
             f"{codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
-    address, engine = jit.load(text, symbol, make_ir)
+    key = jit.cache_key(text)
+    address, engine = jit.load_key(key, symbol, make_ir)
     compiled = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
     compiled.casting = compiled._sig.casting = casting
+    compiled._sig.object_key = key          # what backends/llvm/warm.py records for a warm start
     if bounds_check:
         compiled._sig.bounds = (fast_math, engine.get_global_value_address(f"{symbol}.bounds"))
     return compiled

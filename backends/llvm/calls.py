@@ -1,0 +1,54 @@
+"""The light half of the call path: the thread count every generated call path reads,
+kept here (no sympy, no llvmlite) so that `import tex` and a warm start (backends/llvm/warm.py)
+need neither. runtime.py re-exports these names."""
+import os
+import warnings
+
+import numpy as np
+
+from .threads import MAX_WORKERS
+
+# threads at most: more than the pool's MAX_WORKERS + 1 would not run anyway, and a
+# count far beyond the machine only costs memory (each thread has its own stack)
+MAX_THREADS = MAX_WORKERS + 1
+
+
+def _available_cpus():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def _default_threads():
+    """TEX_NUM_THREADS, else the CPUs this process may use. A value that is not an
+    integer from 1 to MAX_THREADS gets a warning (never an error: `import tex` must
+    not fail on the environment) and the default."""
+    env = os.environ.get("TEX_NUM_THREADS")
+    cpus = min(MAX_THREADS, _available_cpus() or 1)
+    if not env:
+        return cpus
+    try:
+        n = int(env)
+    except ValueError:
+        n = None
+    if n is None or not 1 <= n <= MAX_THREADS:
+        warnings.warn(f"TEX_NUM_THREADS={env!r} is not an integer from 1 to {MAX_THREADS}; "
+                      f"using {cpus} threads", RuntimeWarning, stacklevel=2)
+        return cpus
+    return n
+
+
+_NUM_THREADS = [_default_threads()]     # read by every generated call path
+
+
+def set_num_threads(n):
+    """Threads for parallel loops from now on (default: TEX_NUM_THREADS, else the CPUs
+    this process may use): an integer from 1 to MAX_THREADS (256)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads: the thread count must be an integer, not {n!r}")
+    if not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"set_num_threads: the thread count must be from 1 to {MAX_THREADS}, "
+                         f"got {n}")
+    _NUM_THREADS[0] = int(n)
+
+
+def get_num_threads():
+    return _NUM_THREADS[0]

@@ -1,0 +1,309 @@
+"""`tex.einsum`'s front door, and its warm start: a kernel that an earlier process
+compiled runs here without sympy, scheduling or IR generation.
+
+When tex/einsum.py compiles an einsum with default keywords, it records (`record`) what
+its call needs under a call-level key: the einsum's own cache key (subscripts, path,
+each operand's dtype and pattern of 1s or rank) together with tex's source hash (every
+module of the package), the code generator's fingerprint (llvmlite and LLVM versions,
+target CPU and features), the full Target (TEX_CPU / TEX_CACHES overrides, caches,
+cores), numpy's and Python's versions. The record names the kernels' object files by
+their own cache keys and holds each kernel's generated call path (runtime.py's Python
+source) with the constants it reads. A new process computes the key from the operands
+alone (`kernel_key`), reads the record and the objects from the disk cache (both under
+jit.py's HMAC and ownership checks: the record is Python source this user's tex wrote)
+and runs. Any change of source, versions or target changes the key: a stale record is
+never found, let alone used.
+
+A warm kernel serves only the common call (ndarrays, default keywords, no out=); its
+call path has no program behind it, so whatever needs one -- a dtype to convert, a shape
+to refuse with numpy's message, out=, order= -- goes to tex/einsum.py (`_MISS`), which
+builds the program as before (its kernel then comes from the disk cache).
+"""
+import collections
+import ctypes
+import hashlib
+import importlib
+import json
+import os
+import sys
+
+import numpy as np
+
+from tex.errors import ShapeError
+
+from .calls import _NUM_THREADS
+
+MISS = object()
+RECORD_VERSION = "tex-warm-1"
+STATS = collections.Counter()   # "loaded": records used, "recorded": records written
+_ndarray = np.ndarray
+_entries = collections.OrderedDict()   # call key -> Kernel (or None: no record on disk)
+_guards = {}                    # subscripts -> the guard of its last kernel
+_full = []                      # tex.einsum.einsum, once imported
+
+# A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
+# the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
+# giving each output dimension; `guard`: the fast path's call (see make_guard).
+Kernel = collections.namedtuple("Kernel", "fn perm dtype scalar out_dims guard")
+
+
+def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting="safe",
+           order="K"):
+    """numpy.einsum on tex's compiled code: operands that np.asarray takes give an ndarray
+    (a numpy scalar for a 0-d result, or `out`); any tex Tensor operand gives the
+    Definition instead (IR, nothing runs). Kernels are cached by subscripts, operand
+    dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`."""
+    if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
+            and order == "K" and (optimize is False or optimize is True)):
+        guard = _guards.get(subscripts)
+        if guard is not None:
+            result = guard(*operands)
+            if result is not MISS:
+                return result
+        entry = _warm_entry(subscripts, operands)
+        if entry is not None:
+            result = entry.guard(*operands)
+            if result is not MISS:
+                _guards[subscripts] = entry.guard
+                return result
+    if not _full:
+        _full.append(importlib.import_module("tex.einsum").einsum)
+    return _full[0](subscripts, *operands, dtype=dtype, out=out, optimize=optimize,
+                    casting=casting, order=order)
+
+
+def kernel_key(subscripts, arrays, dtype, casting, optimize):
+    """tex/einsum.py's kernel cache key of these operands (arrays)."""
+    greedy = optimize is False or optimize is True or optimize == "greedy"
+    path_key = None if len(arrays) <= 2 else "greedy" if greedy else repr(optimize)
+    key = [subscripts, dtype, casting, path_key]
+    for a in arrays:
+        key += (a.dtype, 1 in a.shape and tuple([d == 1 for d in a.shape]) or a.ndim)
+    return tuple(key)
+
+
+def make_guard(fn, perm, scalar, dtypes_in):
+    """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
+    kernel's dtype and the kernel accepts their shapes, else MISS. The kernel's own checks
+    make this safe: a shape whose pattern of 1s differs from the compiled one either gives
+    the same values or fails a size check (ShapeError), which sends the call to the
+    general path."""
+    xs = [f"x{k}" for k in range(len(dtypes_in))]
+    test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k}" for k, x in enumerate(xs))
+    args = ", ".join(xs[p] for p in (perm or range(len(xs))))
+    src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
+           f"    if not rest and {test}:\n"
+           f"        try:\n"
+           f"            return fn({args}){'[()]' if scalar else ''}\n"
+           f"        except ShapeError:\n"
+           f"            pass\n"
+           f"    return _MISS\n")
+    scope = {"fn": fn, "_nd": _ndarray, "_MISS": MISS, "ShapeError": ShapeError,
+             **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)}}
+    exec(compile(src, "<tex einsum guard>", "exec"), scope)
+    return scope["guard"]
+
+
+def chain(steps):
+    """`run(*operands, out=None)`: contraction steps [(operand positions, call path)], a
+    step at a time, each step's result appended to the operands left."""
+    def run(*operands, out=None):
+        values = list(operands)
+        for n, (positions, fn) in enumerate(steps):
+            args = [values[p] for p in positions]
+            for p in sorted(positions, reverse=True):
+                del values[p]
+            values.append(fn(*args) if out is None or n < len(steps) - 1 else fn(*args, out=out))
+        return values[0]
+    run.steps = steps
+    return run
+
+
+def reordered(fn, perm):
+    def call(*args, out=None):
+        return fn(*[args[p] for p in perm], out=out)
+    call.reorder = (fn, perm)
+    return call
+
+
+def remember(key, entry):
+    """Keep `entry` (a Kernel, or None for a key without a record) in this process, as
+    many as the kernels the JIT keeps (an entry holds its kernel's code)."""
+    from . import jit
+    while len(_entries) >= jit.kernel_cache_size():
+        _entries.popitem(last=False)
+        _guards.clear()
+    _entries[key] = entry
+
+
+# ---------------------------------------------------------------- the call-level key
+
+def source_hash(folders):
+    """sha256 of every .py file under `folders` (names and contents): any change to tex's
+    code may change the kernel a call compiles to."""
+    h = hashlib.sha256()
+    for folder in folders:
+        for root, dirs, files in sorted(os.walk(folder)):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(root, name), "rb") as f:
+                        h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+def _package_folders():
+    """tex's three source folders (the DSL, tex.scheduler, tex.backends)."""
+    return [os.path.dirname(sys.modules[name].__file__)
+            for name in ("tex", "tex.scheduler", "tex.backends")]
+
+
+_SOURCE = []
+
+
+def call_key(key):
+    """The call-level key of einsum's kernel key `key` (see the module docstring)."""
+    from . import jit
+    from ...scheduler.target import target
+    if not _SOURCE:
+        _SOURCE.append(source_hash(_package_folders()))
+    parts = [RECORD_VERSION, _SOURCE[0], jit.Machine.get().fingerprint, repr(target()),
+             np.__version__, sys.version.split()[0],
+             repr(tuple(k.str if isinstance(k, np.dtype) else k for k in key))]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _warm_entry(subscripts, operands):
+    """The Kernel of these operands from this process or a record on disk, or None."""
+    for a in operands:
+        if a.__class__ is not _ndarray:
+            return None
+    key = kernel_key(subscripts, operands, None, "safe", False)
+    if key in _entries:
+        return _entries[key]
+    entry = None
+    if os.environ.get("TEX_BOUNDS_CHECK", "") in ("", "0"):
+        entry = _load(call_key(key))
+    remember(key, entry)
+    return entry
+
+
+# ---------------------------------------------------------------- records
+
+def _is_record(payload):
+    try:
+        return json.loads(payload).get("version") == RECORD_VERSION
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return False
+
+
+def record(key, entry):
+    """Write the record of einsum's freshly compiled `entry` (default keywords only), and
+    keep the entry for the front door. A kernel whose call path is not a plain generated
+    one (bounds checks, a CPU that cannot run it) is not recorded."""
+    _, dtype, casting, path = key[:4]
+    if dtype is not None or casting != "safe" or path not in (None, "greedy") or \
+            os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0"):
+        return
+    remember(key, entry)
+    fn = _describe(entry.fn)
+    if fn is None:
+        return
+    from . import jit
+    rec = {"version": RECORD_VERSION, "fn": fn, "perm": entry.perm, "dtype": entry.dtype.str,
+           "scalar": entry.scalar, "out_dims": entry.out_dims,
+           "dtypes_in": [k.str for k in key[4::2]]}
+    jit.write_cached(call_key(key), json.dumps(rec).encode(), kind="calls")
+    STATS["recorded"] += 1
+
+
+def _describe(fn):
+    """A call path as JSON: a generated call path, a reordering of one, or a chain."""
+    if hasattr(fn, "steps"):
+        steps = [(list(pos), _describe(f)) for pos, f in fn.steps]
+        return None if any(d is None for _, d in steps) else {"chain": steps}
+    if hasattr(fn, "reorder"):
+        inner = _describe(fn.reorder[0])
+        return inner and {"reorder": list(fn.reorder[1]), "fn": inner}
+    g = getattr(fn, "__globals__", {})
+    sig, source = g.get("_sig"), getattr(fn, "source", None)
+    if source is None or getattr(sig, "object_key", None) is None or sig.bounds is not None:
+        return None
+    from . import irtypes
+    consts = {}
+    for name, value in g.items():
+        if name.startswith(("_dt", "_odt")):
+            consts[name] = ["dtype", value.str]
+        elif name.startswith(("_acc_msg", "_red_msg")):
+            consts[name] = ["str", value]
+    return {"call": {"source": source, "symbol": sig.symbol, "object": sig.object_key,
+                     "arrays": len(sig.kernel.inputs) + len(sig.kernel.outputs),
+                     "ints": len(sig.kernel.params) + 1, "consts": consts,
+                     "interrupted": irtypes.STATUS_INTERRUPTED}}
+
+
+def _load(ckey):
+    """The Kernel a record on disk describes, or None (no record, or an object missing)."""
+    from . import jit
+    payload = jit.read_cached(ckey, "calls", check=_is_record)
+    if payload is None:
+        return None
+    rec = json.loads(payload)
+    from . import threads
+    threads.runtime()            # the symbols every kernel links against
+    fn = _build(rec["fn"])
+    if fn is None:
+        return None
+    perm = None if rec["perm"] is None else tuple(rec["perm"])
+    dtypes_in = [np.dtype(s) for s in rec["dtypes_in"]]
+    dtypes_in = [dt if dt.isnative else np.dtype(dt.type) for dt in dtypes_in]
+    guard = make_guard(fn, perm, rec["scalar"], dtypes_in)
+    STATS["loaded"] += 1
+    return Kernel(fn, perm, np.dtype(rec["dtype"]), rec["scalar"],
+                  tuple(map(tuple, rec["out_dims"])), guard)
+
+
+def _build(d):
+    if "chain" in d:
+        steps = [(tuple(pos), _build(f)) for pos, f in d["chain"]]
+        return None if any(f is None for _, f in steps) else chain(steps)
+    if "reorder" in d:
+        inner = _build(d["fn"])
+        return inner and reordered(inner, tuple(d["reorder"]))
+    return _call_path(d["call"])
+
+
+class Fallback(ShapeError):
+    """A warm call path reached a slow path that needs the program: the call goes to
+    tex/einsum.py instead (its guard treats this as a refused shape)."""
+
+
+def _fallback(*args, **kwargs):
+    raise Fallback("this call needs the general path")
+
+
+def _call_path(c):
+    from . import jit
+    loaded = jit.load_key(c["object"], c["symbol"])
+    if loaded is None:
+        return None
+    address, engine = loaded
+    proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * c["arrays"]
+                                               + [ctypes.c_int64] * c["ints"]))
+    interrupted = c["interrupted"]
+
+    def status(sig, st, *rest):
+        if st & 0xFF == interrupted:
+            ctypes.pythonapi.PyErr_CheckSignals()
+            raise KeyboardInterrupt(f"{c['symbol']} was interrupted")
+        raise Fallback(f"{c['symbol']}: status {st}")
+    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
+         "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
+         "_engine": engine}
+    for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
+                 "_dim_error"):
+        g[name] = _fallback
+    for name, (kind, value) in c["consts"].items():
+        g[name] = np.dtype(value) if kind == "dtype" else value
+    exec(compile(c["source"], f"<tex warm call path of {c['symbol']}>", "exec"), g)
+    return g[c["symbol"]]

@@ -1,0 +1,176 @@
+"""Compile latency (issue 13): `import tex` loads no heavy dependency, a warm start runs
+an einsum compiled by an earlier process without sympy, scheduling or IR, and a stale
+or tampered record is never used. Every scenario runs in fresh child processes sharing
+a private kernel cache; the figures themselves are in tools/latency.py, not here."""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# the child: runs einsums (spec, shapes, view) and checks each against numpy.einsum;
+# prints what it loaded and the warm start's counters as JSON
+CHILD = r"""
+import json, sys
+import numpy as np
+import tex
+heavy_after_import = sorted(m for m in ("sympy", "networkx", "llvmlite") if m in sys.modules)
+setup, cases = json.loads(sys.argv[1])
+exec(setup)
+from tex.backends.llvm import warm
+rng = np.random.default_rng(0)
+ok = []
+for spec, shapes, transpose in cases:
+    ops = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    if transpose:                       # a non-contiguous view of the first operand
+        ops[0] = np.ascontiguousarray(ops[0].T).T
+    got = tex.einsum(spec, *ops)
+    want = np.einsum(spec, *ops)
+    ok.append(bool(np.allclose(got, want, rtol=1e-4, atol=1e-4)) and got.shape == want.shape)
+print(json.dumps({"ok": ok, "heavy_after_import": heavy_after_import,
+                  "sympy": "sympy" in sys.modules, "warm": dict(warm.STATS)}))
+"""
+
+CASES = [("ij,ij->ij", [(7, 63), (7, 63)], False),
+         ("ik,kj->ij", [(65, 7), (7, 63)], True),
+         ("ij,jk,kl->il", [(7, 5), (5, 9), (9, 4)], False)]
+# the same einsums at other sizes (odd, and 1 where it does not change the pattern of
+# size-1 dimensions that a kernel is specialised on)
+OTHER_SIZES = [("ij,ij->ij", [(65, 1000), (65, 1000)], True),
+               ("ik,kj->ij", [(63, 65), (65, 7)], False),
+               ("ij,jk,kl->il", [(2, 63), (63, 7), (7, 65)], True)]
+
+
+def child(cache, cases, setup="", env=None):
+    full_env = dict(os.environ, TEX_CACHE_DIR=str(cache))
+    full_env.pop("TEX_CPU", None)
+    full_env.pop("TEX_CACHES", None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps([setup, cases])],
+                          cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_import_tex_leaves_heavy_dependencies_unloaded(tmp_path):
+    code = ("import sys, tex\n"
+            "assert not {'sympy', 'networkx', 'llvmlite'} & set(sys.modules), sys.modules\n"
+            "i, j = tex.indices('i j')\n"          # a DSL name loads sympy
+            "assert 'sympy' in sys.modules\n"
+            "import tex.einsum, tex.tensor\n"       # submodules do not hide the functions
+            "assert callable(tex.einsum) and callable(tex.tensor)\n"
+            "assert tex.einsum.__module__ == 'tex.backends.llvm.warm'\n"
+            "assert 'einsum_program' in dir(tex)\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, TEX_CACHE_DIR=str(tmp_path)))
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    """A cache filled by one cold process (which must have compiled and recorded)."""
+    cache = tmp_path_factory.mktemp("warm-cache")
+    first = child(cache, CASES)
+    assert all(first["ok"]) and first["sympy"], first
+    assert first["warm"].get("recorded", 0) == len(CASES), first
+    return cache
+
+
+def test_warm_start_runs_without_sympy(filled):
+    second = child(filled, CASES + OTHER_SIZES)
+    assert all(second["ok"]), second
+    assert second["heavy_after_import"] == []
+    assert not second["sympy"], "a warm start imported sympy"
+    assert second["warm"].get("loaded", 0) == len(CASES), second
+
+
+def test_warm_kernel_sends_what_it_cannot_do_to_the_general_path(filled):
+    """Mismatched shapes get numpy's error, out= and a dtype that is not the recorded
+    one still work: all through tex/einsum.py."""
+    setup = (
+        "import numpy as np, tex\n"
+        "a, b = np.ones((7, 5), np.float32), np.ones((6, 9), np.float32)\n"
+        "try:\n"
+        "    tex.einsum('ik,kj->ij', a, b)\n"
+        "    raise SystemExit('no error')\n"
+        "except ValueError as err:\n"
+        "    assert 'k' in str(err), err\n"
+        "out = np.empty((7, 9), np.float32)\n"
+        "tex.einsum('ik,kj->ij', a, np.ones((5, 9), np.float32), out=out)\n"
+        "assert (out == 5).all()\n"
+        "r = tex.einsum('ij,ij->ij', np.ones((3, 4)), np.ones((3, 4)))\n"
+        "assert r.dtype == np.float64 and (r == 1).all()\n")
+    res = child(filled, [], setup)
+    assert res["sympy"], "the general path should have run"
+
+
+def test_stale_records_are_never_used(filled):
+    """Another target (TEX_CPU) or another tex source (the source hash) is another key:
+    the warm start misses, compiles, and is still correct."""
+    other_cpu = child(filled, CASES[:1], env={"TEX_CPU": "haswell"})
+    assert all(other_cpu["ok"]) and other_cpu["warm"].get("loaded", 0) == 0, other_cpu
+    other_source = child(filled, CASES[:1],
+                         "from tex.backends.llvm import warm\n"
+                         "warm._SOURCE[:] = [warm.source_hash([])]\n")
+    assert all(other_source["ok"]) and other_source["warm"].get("loaded", 0) == 0
+    assert other_source["sympy"]
+
+
+def test_a_tampered_record_is_rejected(filled, tmp_path):
+    cache = tmp_path / "cache"
+    shutil.copytree(filled, cache)          # the copy keeps the folder's private mode
+    records = sorted((cache / "calls").glob("*.o"))
+    assert len(records) >= len(CASES)     # (and the stale tests' own records)
+    for path in records:
+        data = bytearray(path.read_bytes())
+        data[-5] ^= 0x01                   # inside the JSON payload, past the HMAC
+        path.write_bytes(bytes(data))
+    second = child(cache, CASES[:2])
+    assert all(second["ok"]) and second["warm"].get("loaded", 0) == 0, second
+
+
+def test_source_hash_follows_every_file(tmp_path):
+    from tex.backends.llvm.warm import source_hash
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    before = source_hash([tmp_path])
+    (tmp_path / "sub" / "b.py").write_text("y = 3\n")
+    assert source_hash([tmp_path]) != before
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    assert source_hash([tmp_path]) == before
+
+
+def test_dag_order_is_networkx_order():
+    """tex/dag.py replaced networkx: the same lexicographic topological order (which
+    fixes the order of definitions, so the kernels and their cache keys), and cycles
+    are found."""
+    import random
+    from tex import dag
+    nx = pytest.importorskip("networkx")
+    rng = random.Random(0)
+    for _ in range(50):
+        n = rng.randint(1, 12)
+        edges = [(a, b) for a in range(n) for b in range(a + 1, n) if rng.random() < 0.3]
+        names = rng.sample(range(100), n)            # insertion order != node order
+        g, h = dag.DiGraph(), nx.DiGraph()
+        for k in names[:n]:
+            g.add_node(k % n)
+            h.add_node(k % n)
+        for a, b in edges:
+            g.add_edge(a, b)
+            h.add_edge(a, b)
+        key = {v: rng.randint(0, 3) for v in range(n)}.__getitem__
+        assert dag.topological_order(g, key) == list(
+            nx.lexicographical_topological_sort(h, key=key))
+        assert dag.is_acyclic(g)
+        if edges:
+            a, b = edges[0]
+            g.add_edge(b, a)
+            assert not dag.is_acyclic(g)

@@ -108,16 +108,42 @@ def test_specials_exact(name):
             (dtype, x[~same], got[~same], want[~same])
 
 
-@pytest.mark.parametrize("name", ["exp", "tanh", "erf", "log1p"])
-def test_vector_loop_calls_no_libm(name):
-    """The contiguous loop runs the kernel on <W x float> vectors: no call to libm or to
-    an LLVM math intrinsic that lowers to one."""
-    f = _elementwise(name, "float32")
+def _assert_vector_math(f):
+    """f's optimized IR calls no libm function nor an LLVM math intrinsic that lowers to
+    one, and runs the kernels on <W x float> vectors."""
     opt = str(jit.optimized_module(f.llvm_ir))
     called = set(re.findall(r"call [^@]*@([\w.]+)", opt))
     libm = {c for c in called if re.fullmatch(r"(llvm\.)?(exp|log|tanh|erf|expm1|log1p)\w*", c)}
     assert not libm, libm
     assert re.search(r"fmuladd\.v\d+f32", opt), "the kernel was not vectorized"
+
+
+@pytest.mark.parametrize("name", ["exp", "tanh", "erf", "log1p"])
+def test_vector_loop_calls_no_libm(name):
+    _assert_vector_math(_elementwise(name, "float32"))
+
+
+@pytest.mark.parametrize("form", ["tanh", "none"])
+def test_fused_geglu_epilogue_is_vector_math(form):
+    """GEGLU's gelu runs in the contraction's epilogue on vectors, and is right."""
+    M, K = tex.sizes("M K")
+    j, k = tex.indices("j k")
+    A = tex.tensor("A", (M, K), "float32")
+    B = tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    G = tex.compute("G", (i, j), tex.gelu(C[i, j], approximate=form) * C[i, j + 40])
+    f = tex.compile(tex.schedule(G).auto())
+    _assert_vector_math(f)
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((33, 17)).astype(np.float32)
+    b = rng.standard_normal((17, 87)).astype(np.float32)
+    c = a.astype(np.float64) @ b
+    x = c[:, :47]
+    if form == "tanh":
+        phi = 0.5 * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
+    else:
+        phi = 0.5 * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+    np.testing.assert_allclose(f(a, b), x * phi * c[:, 40:], rtol=1e-4, atol=1e-4 * 17)
 
 
 @pytest.mark.parametrize("name", ["exp", "tanh", "erf", "log"])

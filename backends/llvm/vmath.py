@@ -125,9 +125,11 @@ class _Kernel:
         return self.intrinsic("fmuladd", a, m, c)
 
     def poly(self, x, coeffs):
-        acc = self.c(coeffs[-1])
+        """Horner's c0 + x (c1 + x (c2 + ...)); a coefficient may be a number or a value."""
+        coeffs = [k if isinstance(k, ir.Value) else self.c(k) for k in coeffs]
+        acc = coeffs[-1]
         for k in reversed(coeffs[:-1]):
-            acc = self.fma(acc, x, self.c(k) if not isinstance(k, ir.Value) else k)
+            acc = self.fma(acc, x, k)
         return acc
 
     def lt(self, a, v):
@@ -226,10 +228,7 @@ def _erf(k, x):
         centre = k.sel(first, k.c(1.5), k.sel(second, k.c(2.75), k.c(4.75)))
         coeffs = [k.sel(first, k.c(c0), k.sel(second, k.c(c1), k.c(c2)))
                   for c0, c1, c2 in zip(*ERFC_F64)]
-        acc = coeffs[-1]
-        for c in reversed(coeffs[:-1]):
-            acc = k.fma(acc, b.fsub(a, centre), c)
-        rx = acc
+        rx = k.poly(b.fsub(a, centre), coeffs)
     e = k.call("exp", b.fneg(z))
     big = k.intrinsic("copysign", k.fma(b.fneg(e), rx, k.c(1)), x)
     return k.sel(k.lt(ax, 1.0), small, big)

@@ -9,6 +9,7 @@ gives 0 (never a SIGFPE), INT_MIN // -1 wraps, float -> int casts saturate.
 import numpy as np
 from llvmlite import ir
 
+from . import vmath
 from .irtypes import FAST, I1, I32, I64, const, type_suffix, value_type
 
 
@@ -148,26 +149,6 @@ def _ipow_function(cg, dt):
 def _unary_float(intrinsic):
     def emit(cg, e, a):
         return cg.b.call(cg.intrinsic(intrinsic, e.dtype, 1), [a])
-    return emit
-
-
-def _libm(name):
-    """libm's `name` (float: `namef`) for a function with no LLVM intrinsic; half goes
-    through float, and a vector is computed lane by lane."""
-    def emit(cg, e, a):
-        b, dt = cg.b, e.dtype
-        if isinstance(a.type, ir.VectorType):
-            out = ir.Constant(a.type, None)
-            for k in range(a.type.count):
-                lane = ir.Constant(I32, k)
-                out = b.insert_element(out, emit(cg, e, b.extract_element(a, lane)), lane)
-            return out
-        f32 = ir.FloatType()
-        if dt == np.float16:
-            r = b.call(cg._extern(name + "f", f32, [f32]), [b.fpext(a, f32)])
-            return b.fptrunc(r, value_type(dt))
-        ty = f32 if dt == np.float32 else ir.DoubleType()
-        return b.call(cg._extern(name + "f" if dt == np.float32 else name, ty, [ty]), [a])
     return emit
 
 
@@ -318,10 +299,10 @@ OPS = {
     "logical_not": _logical("not"),
     "maximum": _minmax("maximum", "smax", "umax", "or_"),
     "minimum": _minmax("minimum", "smin", "umin", "and_"),
-    "exp": _unary_float("exp"),
-    "log": _unary_float("log"),
+    "exp": vmath.op("exp"),
+    "log": vmath.op("log"),
     "sqrt": _unary_float("sqrt"),
-    "tanh": _unary_float("tanh"),
+    "tanh": vmath.op("tanh"),
     "sin": _unary_float("sin"),
     "cos": _unary_float("cos"),
     "rint": _unary_float("rint"),
@@ -330,9 +311,9 @@ OPS = {
     "sign": _sign,
     "isnan": _isnan,
     "isfinite": _isfinite,
-    "log1p": _libm("log1p"),
-    "expm1": _libm("expm1"),
-    "erf": _libm("erf"),
+    "log1p": vmath.op("log1p"),
+    "expm1": vmath.op("expm1"),
+    "erf": vmath.op("erf"),
     "cast": _cast,
     "where": lambda cg, e, c, a, b: cg.b.select(c, a, b),
 }

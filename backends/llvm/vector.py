@@ -119,8 +119,8 @@ STRAIGHT_VECTORS = 8       # a constant loop of at most this many vectors is emi
 
 
 def _per_lane(e):
-    """Ops that have no vector form: libm's erf, integer power (a scalar helper)."""
-    return e.name == "erf" or (e.name == "power" and np.dtype(e.dtype).kind in "iub")
+    """Ops that have no vector form: integer power (a scalar helper)."""
+    return e.name == "power" and np.dtype(e.dtype).kind in "iub"
 
 
 def emit_vector_loop(cg, loop, start, end):

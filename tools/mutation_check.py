@@ -88,6 +88,32 @@ MUTATIONS = [
              "            return dtype.type(1).item()",
              ("tests/test_vector.py",),
              "sums start from 1"),
+    # code generation: not aimed at by tests/test_mutants.py (how well the rest holds)
+    Mutation("vector_tail_mask_one_lane_too_many", "backends/llvm/vector.py",
+             'mask = b.icmp_signed("<", self.iota, self.splat(rem))',
+             'mask = b.icmp_signed("<=", self.iota, self.splat(rem))',
+             ("tests/test_vector.py",),
+             "a masked tail reads and writes one lane past the end"),
+    Mutation("vector_constant_extent_needs_no_tail", "backends/llvm/vector.py",
+             "no_tail = extent.is_Integer and int(extent) % w == 0 and int(extent) % self.w == 0",
+             "no_tail = extent.is_Integer",
+             ("tests/test_vector.py", "tests/test_mutants.py"),
+             "a vector loop of constant extent drops its tail"),
+    Mutation("parallel_last_chunk_overruns", "backends/llvm/parallel.py",
+             'body(lo, b.select(b.icmp_signed("<", hi, extent), hi, extent))',
+             "body(lo, hi)",
+             ("tests/test_mutants.py", "tests/test_runtime.py"),
+             "the last chunk of a parallel loop runs past its extent"),
+    Mutation("unsigned_max_compares_signed", "backends/llvm/ops.py",
+             '"max": _combine_minmax("maximum", "smax", "umax", "or_")',
+             '"max": _combine_minmax("maximum", "smax", "smax", "or_")',
+             ("tests/test_vector.py",),
+             "the max of unsigned integers compares them as signed"),
+    Mutation("argmax_ties_go_to_the_later", "backends/llvm/ops.py",
+             '    earlier = b.icmp_signed("<", pos, acc_pos)',
+             '    earlier = b.icmp_signed(">", pos, acc_pos)',
+             ("tests/test_vector.py",),
+             "argmax/argmin ties keep the later position"),
 ]
 
 
@@ -145,6 +171,8 @@ def _run_tests(repo, boot, tests, timeout):
         except subprocess.TimeoutExpired:
             return False, time.perf_counter() - t0, "timeout"
     out = (proc.stdout + proc.stderr).strip().splitlines()
+    if proc.returncode < 0:
+        return False, time.perf_counter() - t0, f"pytest crashed (signal {-proc.returncode})"
     failed = [ln for ln in out if ln.startswith(("FAILED", "ERROR"))]
     return proc.returncode == 0, time.perf_counter() - t0, (failed or out or [""])[-1][:150]
 

@@ -35,7 +35,7 @@ def exact_reference(a, b, acc):
     return (a.astype(np.int64) @ b.astype(np.int64)).astype(acc)
 
 
-def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
+def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None, parts=False):
     """C[m x n] = A[m x k] @ B[k x n] in index notation with the auto schedule vs a @ b
     (BLAS); `acc`: products and sum in that integer dtype, against the float64 BLAS route
     (exact while k * 128 * 128 < 2**53) and numpy's own integer matmul (naive: no BLAS)."""
@@ -62,6 +62,8 @@ def _matmul(opts, m, k, n, dtype="float32", acc=None, max_repeat=None):
     f = tex.compile(tex.compute("C", (i, j), tex.sum(body, over=kk, dtype=acc)))
     result = compare(partial(f, a, b), baselines, _matmul_options(opts, max_repeat),
                      unit="GFLOP/s", work=2 * m * n * k, reference=reference)
+    if parts:
+        result.extra["parts"] = auto_parts(f, {"M": m, "K": k, "N": n})
     return peak_notes(result, dtype)
 
 
@@ -110,27 +112,35 @@ def batched_bmk_bkn_32x128x128x128(opts):
 @workload
 def splitk_123x51234x456(opts):
     """C[123x456] = A[123x51234] @ B[51234x456] float32 with the auto schedule vs a @ b.
-    Split-K (several parts of K on several threads) happens only with few rows per
-    thread; `parts` in the notes says how many this run's kernel used."""
-    result = _matmul(opts, 123, 51234, 456, max_repeat=3)
-    result.extra["parts"] = _auto_parts(123, 51234)
-    return result
+    Split-K (several parts of K on several threads) happens only with few blocks of rows
+    per thread; `parts` in the notes says how many this run's kernel used (one part on
+    one thread: then the row is not a split-K figure)."""
+    return _matmul(opts, 123, 51234, 456, max_repeat=3, parts=True)
 
 
 @workload
 def splitk_4x65536x512(opts):
     """C[4x512] = A[4x65536] @ B[65536x512] float32, auto schedule, vs a @ b: few rows and
     a long K, where the auto schedule splits K into one part a thread (see `parts`)."""
-    result = _matmul(opts, 4, 65536, 512, max_repeat=5)
-    result.extra["parts"] = _auto_parts(4, 65536)
-    return result
+    return _matmul(opts, 4, 65536, 512, max_repeat=5, parts=True)
 
 
-def _auto_parts(rows, length):
-    """The parts the runtime's rule gives a split-K kernel at this thread count."""
+def auto_parts(f, sizes):
+    """The parts of K the call path gives compiled matmul `f` at these sizes ({size name:
+    value}) and tex's thread count: 1 when its schedule has no split-K."""
+    import sympy as sp
+
     from tex.backends.llvm import runtime
-    t = tex.get_num_threads()
-    return eval(runtime.AUTO_PARTS.format(t=t, rows=rows, length=length))   # noqa: S307
+    from tex.expr import AutoParts
+    for p in f.kernel.params:
+        if isinstance(p, AutoParts):
+            def value(e):
+                e = sp.sympify(e)
+                return int(e.subs({s: sizes[str(s)] for s in e.free_symbols}))
+            rule = runtime.AUTO_PARTS.format(t=tex.get_num_threads(), rows=value(p.rows),
+                                             length=value(p.length))
+            return eval(rule)                   # noqa: S307 - the runtime's own rule
+    return 1
 
 
 @workload

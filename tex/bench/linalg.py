@@ -171,8 +171,8 @@ for _cols in (8, 16, 32, 60):
 @workload
 def threads_scale_scaled_add_64mib(opts):
     """y = 2*x + 1 over 64 MiB of float32 (a parallel elementwise kernel, into its own
-    out= buffer) vs numpy's np.multiply(x, 2, out=o); o += 1 (one thread, its own
-    buffer). Notes: tex on one thread, and the speedup of tex's threads. The rate counts
+    out= buffer) vs numpy's np.multiply(x, 2, out=o); np.add(o, 1, out=o) (one thread, its
+    own buffer). Notes: tex on one thread, and the speedup of tex's threads. The rate counts
     bytes read + written."""
     n = 16 * 1024 * 1024
     N = tex.sizes("N")
@@ -184,9 +184,8 @@ def threads_scale_scaled_add_64mib(opts):
 
     def numpy_fn():
         np.multiply(x, np.float32(2), out=o)
-        o += np.float32(1)
-        return o
-    result = compare(partial(f, x, out=y), {"np.multiply, +=": numpy_fn}, opts, unit="GB/s",
+        return np.add(o, np.float32(1), out=o)
+    result = compare(partial(f, x, out=y), {"np.multiply, np.add": numpy_fn}, opts, unit="GB/s",
                      work=2 * x.nbytes, reference=lambda: (2 * x.astype(np.float64) + 1).astype(np.float32),
                      threads=1, same_threads=False)
     with tex_threads(1):

@@ -79,7 +79,6 @@ def _showcase():
     p, q, r = (rng.standard_normal(s, dtype=np.float32) for s in ((64, 48), (48, 32), (32, 40)))
     yield ('einsum "ij,jk,kl->il"', lambda: partial(tex.einsum, "ij,jk,kl->il", p, q, r),
            {"p @ q @ r": lambda: p @ q @ r,
-            "np.linalg.multi_dot": partial(np.linalg.multi_dot, [p, q, r]),
             "np.einsum optimize=True": partial(np.einsum, "ij,jk,kl->il", p, q, r,
                                                optimize=True),
             "np.einsum (naive loop)": partial(np.einsum, "ij,jk,kl->il", p, q, r)},

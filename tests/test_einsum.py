@@ -180,6 +180,7 @@ def test_out():
                                                     b.astype(np.float32)).astype(np.float64))
     scalar_out = np.empty(())
     assert tex.einsum("ij->", a, out=scalar_out) is scalar_out
+    np.testing.assert_allclose(scalar_out, a.sum())          # the value, not only the object
     with pytest.raises(TypeError, match="operand 1 dtype, according to the rule 'safe'"):
         tex.einsum("ij->i", a, out=np.zeros(3, np.float32))
     with pytest.raises(ValueError):
@@ -457,10 +458,10 @@ def test_generated(case):
     operands = [view(rng, s, d, lay) for s, d, lay in zip(shapes, dtypes, layouts)]
     try:
         expected = np.einsum(subscripts, *operands)
-    except ValueError as err:                    # e.g. a broadcast ellipsis that numpy refuses
+    except ValueError:                           # e.g. a broadcast ellipsis that numpy refuses
         with pytest.raises(ValueError):
             tex.einsum(subscripts, *operands)
-        return err
+        return
     got = tex.einsum(subscripts, *operands)
     assert_close(got, expected, subscripts, operands)
     if len(operands) >= 3:                       # the pairwise order did not change the result

@@ -167,7 +167,7 @@ def test_float_sum_without_fast_math_is_not_blocked():
     assert "pack" not in str(tex.schedule(C).auto())
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=24, deadline=None)
 @given(mr=st.integers(1, 5), vectors=st.sampled_from([8, 16, 24, 32]),
        kc=st.integers(1, 40), mc=st.integers(1, 4), nc=st.integers(1, 3),
        m=st.sampled_from([1, 7, 40]), n=st.sampled_from([1, 9, 70]),

@@ -1,7 +1,9 @@
 """`python -m tex`: the showcase (demo), one einsum under the microscope (einsum), and the
 benchmark suite (bench). Every timing is a median of interleaved tex/numpy samples taken
-in this process, and every result is checked against numpy before it is timed."""
+in this process, against what a competent numpy user writes (BLAS on tex's thread count),
+and every result is checked against numpy before it is timed."""
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -31,7 +33,7 @@ def _parser():
     d.set_defaults(command=demo_command)
 
     e = sub.add_parser("einsum", help="show the loop nest (and LLVM IR) of one einsum and "
-                                      "time it against numpy.einsum")
+                                      "time it against numpy (einsum optimize=True, @)")
     e.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
     e.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
                    help='one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
@@ -55,8 +57,10 @@ def _parser():
 # ---------------------------------------------------------------- demo
 
 def _showcase():
-    """(name, make, numpy_fn): `make()` compiles and returns the tex callable, so that
-    compile time is measured; both callables take no arguments."""
+    """(name, make, baselines, numpy_threads): `make()` compiles and returns the tex
+    callable, so that compile time is measured; `baselines` maps what a competent numpy
+    user writes for the job (a label) to a callable; every callable takes no arguments.
+    `numpy_threads` is bench.BLAS for BLAS calls, else 1 (numpy's own loops)."""
     rng = np.random.default_rng(0)
     M, N, K = tex.sizes("M N K")
     i, j, k = tex.indices("i j k")
@@ -64,27 +68,50 @@ def _showcase():
     C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
     a, b = rng.standard_normal((2, 512, 512), dtype=np.float32)
     yield ("matmul f32 512x512x512", lambda: partial(tex.compile(C), a, b),
-           partial(np.matmul, a, b))
+           {"a @ b": partial(np.matmul, a, b)}, bench.BLAS)
 
     X = tex.tensor("X", (M, N), "int8")
     S = tex.compute("S", (i,), tex.sum(X[i, j], over=j, dtype="int32"))
     x = rng.integers(-128, 128, (4096, 4096), dtype=np.int8)
     yield ("rowsum i8->i32 4096x4096", lambda: partial(tex.compile(S), x),
-           partial(x.sum, axis=1, dtype=np.int32))
+           {"x.sum(axis=1)": partial(x.sum, axis=1, dtype=np.int32)}, 1)
 
-    ops = [rng.standard_normal(s, dtype=np.float32) for s in ((64, 48), (48, 32), (32, 40))]
-    yield ('einsum "ij,jk,kl->il"', lambda: partial(tex.einsum, "ij,jk,kl->il", *ops),
-           partial(np.einsum, "ij,jk,kl->il", *ops))
+    p, q, r = (rng.standard_normal(s, dtype=np.float32) for s in ((64, 48), (48, 32), (32, 40)))
+    yield ('einsum "ij,jk,kl->il"', lambda: partial(tex.einsum, "ij,jk,kl->il", p, q, r),
+           {"p @ q @ r": lambda: p @ q @ r,
+            "np.einsum optimize=True": partial(np.einsum, "ij,jk,kl->il", p, q, r,
+                                               optimize=True),
+            "np.einsum (naive loop)": partial(np.einsum, "ij,jk,kl->il", p, q, r)},
+           bench.BLAS)
+
+
+def _time_rows(name, tex_fn, baselines, numpy_threads, rounds, min_sample_s):
+    """Rows (name, threads, tex, baseline, numpy, numpy/tex), one per baseline, timed
+    interleaved; when numpy runs on fewer threads than tex, tex again on as many."""
+    n_tex = tex.get_num_threads()
+    n_np = bench.blas_threads() if numpy_threads == bench.BLAS else numpy_threads
+    rows = []
+    runs = [(n_tex, baselines)]
+    if n_np < n_tex:
+        runs.append((n_np, baselines))
+    for threads, fns in runs:
+        with bench.tex_threads(threads):
+            times = bench.interleave_all([tex_fn, *fns.values()], rounds, min_sample_s)
+        for label, numpy_s in zip(fns, times[1:]):
+            rows.append((name, f"{threads}/{n_np}", bench.format_seconds(times[0]), label,
+                         bench.format_seconds(numpy_s), f"{numpy_s / times[0]:.2f}x"))
+    return rows
 
 
 def demo_command(args, argv):
-    """Each case: compile, check against numpy, then time. 'compile' is the time of
-    tex.compile plus what the first call takes beyond a steady-state call (einsum
-    compiles on its first call); 'kernels' says whether they were compiled or loaded
-    from the disk cache."""
-    rows, failed = [], False
+    """Each case: compile, check tex and every baseline against numpy, then time. 'compile'
+    is the time of tex.compile plus what the first call takes beyond a steady-state call
+    (einsum compiles on its first call); 'kernels' says whether they were compiled or
+    loaded from the disk cache; 'threads' is tex's / numpy's."""
+    bench.match_blas_threads()
+    rows, compiles, failed = [], [], False
     print("checking each result against numpy:")
-    for name, make, numpy_fn in _showcase():
+    for name, make, baselines, numpy_threads in _showcase():
         try:
             before = dict(jit.STATS)
             t0 = time.perf_counter()
@@ -93,21 +120,25 @@ def demo_command(args, argv):
             got = tex_fn()
             t2 = time.perf_counter()
             kernels = {k: jit.STATS[k] - before.get(k, 0) for k in ("compiled", "disk_hits")}
-            bench.check_close(got, numpy_fn())
+            want = next(iter(baselines.values()))()
+            bench.check_close(got, want)
+            for fn in baselines.values():
+                bench.check_close(fn(), want)
             # samples of 0.2 s: the first calls after a pause run on sleeping threads
-            tex_s, numpy_s = bench.interleave(tex_fn, numpy_fn, rounds=5, min_sample_s=0.2)
+            case_rows = _time_rows(name, tex_fn, baselines, numpy_threads, 5, 0.2)
         except Exception as err:    # noqa: BLE001 - report every case, then fail
             failed = True
             print(f"  FAIL  {name}: {type(err).__name__}: {err}")
             continue
         print(f"  PASS  {name}")
-        compile_s = (t1 - t0) + max(t2 - t1 - tex_s, 0.0)
-        rows.append((name, bench.format_seconds(compile_s),
-                     f"{kernels['compiled']} compiled, {kernels['disk_hits']} from disk",
-                     bench.format_seconds(tex_s), bench.format_seconds(numpy_s),
-                     f"{numpy_s / tex_s:.2f}x"))
-    _table(("showcase", "compile", "kernels", "tex", "numpy", "numpy/tex"), rows)
-    print("numpy/tex above 1 means tex is faster (medians of interleaved runs).")
+        tex_s = bench.time_per_call(tex_fn, 3)
+        compiles.append((name, bench.format_seconds((t1 - t0) + max(t2 - t1 - tex_s, 0.0)),
+                         f"{kernels['compiled']} compiled, {kernels['disk_hits']} from disk"))
+        rows += case_rows
+    _table(("showcase", "compile", "kernels"), compiles)
+    _table(("showcase", "threads", "tex", "numpy baseline", "numpy", "numpy/tex"), rows)
+    print("numpy/tex above 1 means tex is faster (medians of interleaved runs; threads: "
+          "tex's/numpy's, numpy's BLAS set to tex's count when threadpoolctl is installed).")
     return 1 if failed else 0
 
 
@@ -144,6 +175,30 @@ def random_array(rng, shape, dtype):
     return rng.standard_normal(shape).astype(dtype)
 
 
+def matmul_chain(subscripts):
+    """Whether `subscripts` is a chain of matrix products ("ij,jk,kl->il"), which a numpy
+    user writes with @."""
+    if "->" not in subscripts or "." in subscripts:
+        return False
+    lhs, out = subscripts.replace(" ", "").split("->")
+    ops = lhs.split(",")
+    letters = "".join(ops)
+    return (all(len(o) == 2 for o in ops) and
+            all(x[1] == y[0] for x, y in zip(ops, ops[1:])) and
+            out == ops[0][0] + ops[-1][1] and
+            len(set(letters)) == len(ops) + 1 and len(ops) >= 2)
+
+
+def einsum_baselines(subscripts, arrays):
+    """What a numpy user runs for this einsum: np.einsum with optimize=True (BLAS through
+    tensordot where it can), and @ for a chain of matrix products."""
+    out = {"numpy.einsum(optimize=True)":
+           partial(np.einsum, subscripts, *arrays, optimize=True)}
+    if matmul_chain(subscripts):
+        out[" @ ".join("abcdefgh"[:len(arrays)])] = lambda: functools.reduce(np.matmul, arrays)
+    return out
+
+
 def einsum_command(args, argv):
     rng = np.random.default_rng(0)
     arrays = [random_array(rng, s, args.dtype) for s in args.shapes]
@@ -157,13 +212,20 @@ def einsum_command(args, argv):
     if args.show:
         print()
         print(f.llvm_ir)
+    bench.match_blas_threads()
     tex_fn = partial(tex.einsum, args.subscripts, *arrays)
-    numpy_fn = partial(np.einsum, args.subscripts, *arrays)
-    bench.check_close(tex_fn(), numpy_fn())
-    tex_s, numpy_s = bench.interleave(tex_fn, numpy_fn, args.repeat)
-    print(f"\ntex.einsum {bench.format_seconds(tex_s)}   numpy.einsum "
-          f"{bench.format_seconds(numpy_s)}   numpy/tex {numpy_s / tex_s:.2f}x "
-          f"(medians of {args.repeat} interleaved rounds; results match numpy)")
+    baselines = einsum_baselines(args.subscripts, arrays)
+    want = np.einsum(args.subscripts, *arrays)        # numpy's plain loop: the check
+    bench.check_close(tex_fn(), want)
+    for fn in baselines.values():
+        bench.check_close(fn(), want)
+    times = bench.interleave_all([tex_fn, *baselines.values()], args.repeat)
+    print(f"\ntex.einsum {bench.format_seconds(times[0])} on {tex.get_num_threads()} "
+          f"threads; numpy's BLAS on {bench.blas_threads()} (medians of {args.repeat} "
+          "interleaved rounds; results match numpy)")
+    for label, numpy_s in zip(baselines, times[1:]):
+        print(f"  {label:30} {bench.format_seconds(numpy_s):>10}   numpy/tex "
+              f"{numpy_s / times[0]:.2f}x")
     return 0
 
 

@@ -5,6 +5,7 @@
     calls        per-call overhead and compile times
     linalg       matrix products vs numpy's BLAS, thread scaling
     reductions   row reductions and the streaming bandwidth
+    programs     fusions and whole programs (attention, LayerNorm, GEGLU, conv1d, ...)
     report       running, the table, the JSON file
 
 A workload is a function registered with `@workload`; its name is the function's name and
@@ -22,7 +23,7 @@ independent numpy result before timing:
 This package uses only tex's public API, as an outside user would, except for the FMA
 peak kernel: plain llvmlite IR compiled for tex's host target (tex.backends.llvm.jit).
 """
-from . import calls, peak, linalg, reductions  # noqa: F401  (registers the workloads)
+from . import calls, peak, linalg, reductions, programs  # noqa: F401  (registers the workloads)
 from .harness import (BLAS, SETTLE_S, WORKLOADS, Options, Result, blas_threads,  # noqa: F401
                       check_close, compare, interleave, interleave_all, match_blas_threads,
                       tex_threads, time_per_call, workload)

@@ -16,6 +16,7 @@ from .program import Program
 from .scheduler.schedule import Schedule, schedule
 from .backends.llvm.runtime import compile, get_num_threads, set_num_threads
 from .einsum import einsum, einsum_program
+from .tuner import tune
 from . import interop  # noqa: F401  (numpy's protocols on expressions: np.exp(expr), ...)
 
 __version__ = "0.1.0"
@@ -27,5 +28,5 @@ __all__ = [
     "isfinite", "isnan", "log", "log1p", "logsumexp", "max", "maximum", "mean", "min",
     "minimum", "param", "prod", "relu", "round", "rsqrt", "schedule", "sigmoid", "sign",
     "silu", "sin", "sizes", "softmax", "softplus", "sqrt", "std", "sum", "tanh", "tensor",
-    "var", "where", "dtypes_supported", "get_num_threads", "set_num_threads",
+    "tune", "var", "where", "dtypes_supported", "get_num_threads", "set_num_threads",
 ]

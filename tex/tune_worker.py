@@ -84,10 +84,23 @@ class Worker:
         return results, output
 
 
+def _warm_up():
+    """Import tex and set LLVM up (a tiny kernel, from the disk cache after the first
+    time) before the first request: a standby worker is ready at once."""
+    import tex
+    n = tex.sizes("n")
+    x = tex.tensor("tune_warm_up_x", (n,), "float32")
+    i = tex.indices("i")
+    tex.compile(tex.compute("tune_warm_up", (i,), x[i] + 1.0))
+
+
 def main():
+    import resource
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a crashing candidate: no core file
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                           # print() and C output: to stderr
     requests = sys.stdin.buffer
+    _warm_up()
     worker = None
     while True:
         try:

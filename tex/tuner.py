@@ -70,11 +70,12 @@ class TuneReport:
                 f"best #{self.best} {_ms(self.best_time)} against auto {_ms(self.auto_time)}")
 
 
-def tune(out, *args, budget=60, seed=0, progress=True, retune=False, fast_math=True,
-         fuse=True, **arrays):
+def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candidates=None,
+         fast_math=True, fuse=True, **arrays):
     """The fastest schedule of `out` found in about `budget` seconds for calls like
     `f(*args, **arrays)`, recorded in the tuning database (see the module docstring).
-    `retune=True` searches again even when the database has an answer."""
+    `retune=True` searches again even when the database has an answer;
+    `max_candidates` stops the search after that many (the auto schedule included)."""
     program = as_program(out)
     arrays = _bind(program, args, arrays)
     sizes = {str(s): arrays[program.inputs[pos].name].shape[axis]
@@ -90,6 +91,7 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, fast_math=T
                                   best=1 if e["plan"] is not None else 0, from_database=True)
             return s
     stage, cands = candidates(program, sizes, seed, fast_math, fuse)
+    cands = cands[:max_candidates]
     report = TuneReport(stage, cls)
     threads = _threads()
     search = _Search(program, fast_math, fuse, arrays, threads, stage, cls, budget, start,
@@ -138,45 +140,50 @@ class _Search:
         self.deadline = start + budget
         self.budget, self.start = budget, start
         self.reference = None
-        self.proc = None
+        self.proc = self.standby = None
         self.bar = _bar(budget) if progress else None
         self.cost = 2.0           # seconds a candidate takes (compile + runs), running mean
 
     # ------------------------------------------------------------ the worker
     def _spawn(self):
-        env = dict(os.environ)
-        self.proc = subprocess.Popen([sys.executable, "-m", "tex.tune_worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        self.replies = queue.Queue()
-        threading.Thread(target=_pump, args=(self.proc.stdout, self.replies),
-                         daemon=True).start()
-        send(self.proc.stdin, ("setup", *self.setup, self.reference))
+        """Make a worker current: the standby (started with the first worker, so that a
+        crash costs no start-up), else a new process."""
+        self.proc, self.standby = self.standby or _Process(), None
+        send(self.proc.popen.stdin, ("setup", *self.setup, self.reference))
         self._wait(max(60.0, self.budget))
 
     def _wait(self, timeout):
         try:
-            reply = self.replies.get(timeout=max(0.1, timeout))
+            reply = self.proc.replies.get(timeout=max(0.1, timeout))
         except queue.Empty:
             raise _Hung() from None
         if reply is None:
-            raise _Crashed(self.proc.wait())
+            raise _Crashed(self.proc.popen.wait())
         return reply
 
     def close(self):
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        self.close_worker()
+        if self.standby is not None:
+            self.standby.kill()
+            self.standby = None
         if self.bar is not None:
             self.bar.close()
 
-    def measure(self, batch, rounds, timeout):
-        """{index: (status, seconds or why)}; a crash or hang fails the whole batch."""
+    def close_worker(self):
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc = None
+
+    def measure(self, batch, rounds, timeout, final=False):
+        """{index: (status, seconds or why)}; a crash or hang fails the whole batch.
+        While searching, a plan's nest is compiled on its own (a third of the compile
+        time of the nest with the auto schedule's beside it); the final round times the
+        schedules tex.tune returns, specialized for the size class."""
         if self.proc is None:
             self._spawn()
-        send(self.proc.stdin, ("measure", [(i, self.stage, self.cls, p) for i, p in batch],
-                               rounds))
+        cls = self.cls if final else ()
+        send(self.proc.popen.stdin, ("measure", [(i, self.stage, cls, p) for i, p in batch],
+                                     rounds))
         try:
             results, output = self._wait(timeout)
         except (_Hung, _Crashed) as e:
@@ -187,25 +194,23 @@ class _Search:
             self.reference = output
         return results
 
-    def close_worker(self):
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
     # ------------------------------------------------------------ the search
     def run(self, cands, report):
+        self.standby, spare = _Process(), _Process()    # both start up at once
+        self._spawn()
+        self.standby = spare
         t0 = time.monotonic()
         auto = self.measure([(0, None)], 5, max(120.0, 2 * self.budget))[0]
         if auto[0] != "ok":
             raise RuntimeError(f"tex.tune: the auto schedule itself failed in the worker "
                                f"({auto[0]}: {auto[1]})")
         report.candidates.append((None, "ok", auto[1]))
-        self.cost = max(0.5, time.monotonic() - t0 - 1.0)
+        # a compile and a few runs (the first compile in a process also sets LLVM up)
+        self.cost = min(1.5, max(0.3, time.monotonic() - t0))
         auto_s = auto[1]
         rounds = int(min(15, max(3, 0.3 / max(auto_s, 1e-6))))
-        final_reserve = min(0.15 * self.budget, 2.0 + (FINALISTS + 1) * (rounds + 2) * auto_s)
+        final_reserve = min(0.3 * self.budget,
+                            1.0 + FINALISTS * 1.5 + (FINALISTS + 1) * (rounds + 2) * auto_s)
         for index, plan in enumerate(cands[1:], start=1):
             left = self.deadline - final_reserve - time.monotonic()
             if left < self.cost:
@@ -222,13 +227,14 @@ class _Search:
 
     def _final(self, report, rounds):
         timed = sorted((t, i) for i, (_, st, t) in enumerate(report.candidates) if st == "ok")
-        best = [i for _, i in timed if i != 0][:FINALISTS]
+        auto = report.candidates[0][2]
+        best = [i for t, i in timed if i != 0 and t < 1.1 * auto][:FINALISTS]
         report.best = timed[0][1]
         left = self.deadline - time.monotonic()
         if not best or left <= 0:
             return
         batch = [(0, None)] + [(i, report.candidates[i][0]) for i in best]
-        results = self.measure(batch, rounds, left + 5.0)
+        results = self.measure(batch, rounds, left + 5.0, final=True)
         final = {i: r[1] for i, r in results.items() if r[0] == "ok"}
         if 0 in final:
             report.final = final
@@ -244,6 +250,27 @@ class _Search:
             f"{len(report.candidates)}/{total or len(report.candidates)} candidates, "
             f"best {_ms(min(timed))} (auto {_ms(report.candidates[0][2])}), "
             f"{max(0.0, self.deadline - time.monotonic()):.0f} s left", refresh=True)
+
+
+class _Process:
+    """A worker process (tex/tune_worker.py) and the queue its replies arrive on."""
+
+    def __init__(self):
+        self.popen = subprocess.Popen([sys.executable, "-m", "tex.tune_worker"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.replies = queue.Queue()
+        threading.Thread(target=_pump, args=(self.popen.stdout, self.replies),
+                         daemon=True).start()
+
+    def kill(self):
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait()
+        for stream in (self.popen.stdin, self.popen.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
 
 
 class _Hung(Exception):

@@ -235,8 +235,9 @@ def _generic_plans(d, sizes, threads):
     last = env(d.extents[d.indices[-1]]) if d.indices else 1
     chunks = [None] + [c for c in (64, 256, 1024, 4096) if c < last]
     parts = (None, "auto") + ((threads,) if threads > 1 else ()) if red is not None else (None,)
-    strategies = (None,) + (STRATEGIES if red is not None else ())
     for order in orders:
+        # (a reduction strategy needs the reduction innermost: the order as written)
+        strategies = (None,) + (STRATEGIES if red is not None and order == "written" else ())
         for chunk in chunks:
             for p in parts:
                 for strategy in strategies:
@@ -306,6 +307,7 @@ def cost(d, plan, dm, threads, machine=None):
         return 4
     traffic = {1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}
     traffic[level(kc * nr * b, 0.5)] += batch * K * Np * b * math.ceil(M / mr)   # B panels
+    traffic[level(kc * min(nc, Np) * b, 0.5)] += batch * K * Np * b * math.ceil(M / mc)  # B block
     traffic[level(mc * kc * b, 0.5)] += batch * K * Mp * b * math.ceil(N / nr)   # A panels
     traffic[level(batch * M * K * b)] += batch * M * K * b * math.ceil(N / nc)   # packing A
     traffic[level(batch * K * N * b)] += batch * K * N * b                      # packing B

@@ -209,9 +209,11 @@ class _Search:
         self.cost = min(1.5, max(0.3, time.monotonic() - t0))
         auto_s = auto[1]
         rounds = int(min(15, max(3, 0.3 / max(auto_s, 1e-6))))
-        final_reserve = min(0.3 * self.budget,
-                            1.0 + FINALISTS * 1.5 + (FINALISTS + 1) * (rounds + 2) * auto_s)
         for index, plan in enumerate(cands[1:], start=1):
+            # the final round compiles the finalists with the auto schedule's nests beside
+            # theirs (about 2.5 times a candidate's compile) and times them with auto's
+            final_reserve = min(0.4 * self.budget, 1.0 + FINALISTS * 2.5 * self.cost +
+                                (FINALISTS + 1) * (rounds + 2) * auto_s)
             left = self.deadline - final_reserve - time.monotonic()
             if left < self.cost:
                 break
@@ -234,7 +236,7 @@ class _Search:
         if not best or left <= 0:
             return
         batch = [(0, None)] + [(i, report.candidates[i][0]) for i in best]
-        results = self.measure(batch, rounds, left + 5.0, final=True)
+        results = self.measure(batch, rounds, left + 2.0, final=True)
         final = {i: r[1] for i, r in results.items() if r[0] == "ok"}
         if 0 in final:
             report.final = final

@@ -10,7 +10,7 @@ Replies to "measure": {index: ("ok", median seconds) | ("refused"|"wrong"|"error
 and the auto candidate's output (plan None) when the setup had no reference.
 
 TEX_TUNE_ABORT=<index> makes the candidate of that index abort the process (os.abort)
-on its first run: the tests' injected crash.
+on its first run, TEX_TUNE_HANG=<index> sleep for ever: injected faults, for tests.
 """
 import os
 import sys
@@ -54,7 +54,7 @@ class Worker:
     def measure(self, batch, rounds):
         import tex
         results, runs, output = {}, {}, None
-        crash = os.environ.get("TEX_TUNE_ABORT")
+        crash, hang = os.environ.get("TEX_TUNE_ABORT"), os.environ.get("TEX_TUNE_HANG")
         for index, stage, cls, plan in batch:
             try:
                 f = tex.compile(self.schedule(stage, cls, plan), self.fast_math)
@@ -66,6 +66,8 @@ class Worker:
                 continue
             if crash == str(index):
                 os.abort()
+            while hang == str(index):
+                time.sleep(1)
             out = f(**self.arrays)
             if self.reference is None and plan is None:
                 self.reference = output = out

@@ -212,8 +212,10 @@ class _Search:
         for index, plan in enumerate(cands[1:], start=1):
             # the final round compiles the finalists with the auto schedule's nests beside
             # theirs (about 2.5 times a candidate's compile) and times them with auto's
-            final_reserve = min(0.4 * self.budget, 1.0 + FINALISTS * 2.5 * self.cost +
-                                (FINALISTS + 1) * (rounds + 2) * auto_s)
+            finalists = min(FINALISTS, sum(1 for _, st, t in report.candidates[1:]
+                                           if st == "ok" and t < 1.1 * auto_s))
+            final_reserve = min(0.4 * self.budget, 1.0 + finalists * 2.5 * self.cost +
+                                (finalists + 1) * (rounds + 2) * auto_s) if finalists else 0.0
             left = self.deadline - final_reserve - time.monotonic()
             if left < self.cost:
                 break

@@ -40,17 +40,20 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tuned(cache):
-    """One search (5 s) shared by the tests that read its result."""
-    old = os.environ.get("TEX_CACHE_DIR")
-    os.environ["TEX_CACHE_DIR"] = cache
+    """One search shared by the tests that read its result: four candidates (about 8 s
+    on an idle machine; the budget is not what stops it), the auto schedule first and
+    candidate 1 made to crash its worker (os.abort)."""
+    saved = {v: os.environ.get(v) for v in ("TEX_CACHE_DIR", "TEX_TUNE_ABORT")}
+    os.environ.update(TEX_CACHE_DIR=cache, TEX_TUNE_ABORT="1")
     try:
         C, a, b = _program()
-        s = tex.tune(C, A=a, B=b, budget=90, max_candidates=3, progress=False)
+        s = tex.tune(C, A=a, B=b, budget=120, max_candidates=4, progress=False)
     finally:
-        if old is None:
-            del os.environ["TEX_CACHE_DIR"]
-        else:
-            os.environ["TEX_CACHE_DIR"] = old
+        for v, old in saved.items():
+            if old is None:
+                del os.environ[v]
+            else:
+                os.environ[v] = old
     return C, a, b, s
 
 
@@ -117,15 +120,11 @@ def test_compile_uses_a_database_entry_only_within_its_size_class(tmp_path, monk
     assert tunedb.tuned_schedule(str(tmp_path), program) is None
 
 
-def test_a_crashing_candidate_ends_only_itself(tmp_path, monkeypatch):
-    monkeypatch.setenv("TEX_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("TEX_TUNE_ABORT", "1")        # candidate 1 calls os.abort()
-    C, a, b = _program()
-    s = tex.tune(C, A=a, B=b, budget=90, max_candidates=3, progress=False)
+def test_a_crashing_candidate_ends_only_itself(tuned):
+    C, a, b, s = tuned
     statuses = [st for _, st, _ in s.tuning.candidates]
     assert statuses[1] == "crashed", s.tuning.candidates
-    assert statuses[2] == "ok", statuses                             # it went on
-    np.testing.assert_allclose(tex.compile(s)(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
+    assert statuses[2:] == ["ok", "ok"], statuses            # the search went on
 
 
 def test_same_seed_same_candidates():

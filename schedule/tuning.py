@@ -29,7 +29,8 @@ from tex.errors import ScheduleError
 from tex.expr import AutoParts
 
 from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _form_kernels,
-                   _parallel_first_output_loop, _reduced_by_members, auto_schedule)
+                   _parallel_first_output_loop, _reduced_by_members, auto_schedule,
+                   prefers_reduction_outside)
 from .blocking import (Blocking, block_contraction, block_fused_contraction,
                        contraction_roles, default_blocking, operand_bytes, parallel_blocks)
 from .ir import LoopKind
@@ -270,7 +271,8 @@ def dims(d, sizes):
     out = {"work": math.prod(env(e) for e in d.extents.values()),
            "out": math.prod(env(d.extents[x]) for x in d.indices) if d.indices else 1,
            "rows": env(d.extents[d.indices[0]]) if d.indices else 1,
-           "last": env(d.extents[d.indices[-1]]) if d.indices else 1}
+           "last": env(d.extents[d.indices[-1]]) if d.indices else 1,
+           "inside": prefers_reduction_outside(d)}     # which order reads unit-stride
     if roles is not None:
         out.update(bytes=operand_bytes(roles), M=env(d.extents[roles.i]), N=env(d.extents[roles.j]),
                    K=env(d.extents[roles.k]),
@@ -338,7 +340,7 @@ def _cost_streaming(d, plan, dm, threads, machine):
     loads at one FMA per load at best; threads as the parallel loop has iterations."""
     work, out, rows = dm["work"], dm["out"], dm["rows"]
     lanes = machine.lanes(d.dtype)
-    unit_stride = plan.get("order") == "inside" or plan["family"] == "dots"
+    unit_stride = (plan.get("order") == "inside") == dm["inside"] or plan["family"] == "dots"
     cycles = work / lanes * (1.0 if unit_stride else 2.0)
     if plan.get("strategy"):
         cycles *= 0.9

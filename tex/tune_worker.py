@@ -5,9 +5,10 @@ and on the process's original stdout (replies); stray output goes to stderr.
 
 Requests:
     ("setup", program, fast_math, fuse, arrays, threads, reference)
-    ("measure", [(index, stage, size class, plan)], rounds)
+    ("measure", [(index, stage, size class, plan)], rounds, cutoff)
 Replies to "measure": {index: ("ok", median seconds) | ("refused"|"wrong"|"error", why)},
-and the auto candidate's output (plan None) when the setup had no reference.
+and the auto candidate's output (plan None) when the setup had no reference. A
+candidate whose first timed run takes longer than `cutoff` seconds is not run again.
 
 TEX_TUNE_ABORT=<index> makes the candidate of that index abort the process (os.abort)
 on its first run, TEX_TUNE_HANG=<index> sleep for ever: injected faults, for tests.
@@ -51,7 +52,7 @@ class Worker:
             return default_schedule(self.program, self.fast_math, self.fuse)
         return build(self.program, [(stage, cls, plan)], self.fast_math, self.fuse)
 
-    def measure(self, batch, rounds):
+    def measure(self, batch, rounds, cutoff=None):
         import tex
         results, runs, output = {}, {}, None
         crash, hang = os.environ.get("TEX_TUNE_ABORT"), os.environ.get("TEX_TUNE_HANG")
@@ -75,7 +76,13 @@ class Worker:
             if why is not None:
                 results[index] = ("wrong", why)
                 continue
-            runs[index] = (f, [])
+            t = time.perf_counter()
+            f(**self.arrays)
+            t = time.perf_counter() - t
+            if cutoff is not None and t > cutoff:      # far behind: one run says enough
+                results[index] = ("ok", t)
+                continue
+            runs[index] = (f, [t])
         for _ in range(rounds):             # interleaved: the machine's drift hits all alike
             for index, (f, times) in runs.items():
                 t = time.perf_counter()

@@ -174,7 +174,7 @@ class _Search:
             self.proc.kill()
             self.proc = None
 
-    def measure(self, batch, rounds, timeout, final=False):
+    def measure(self, batch, rounds, timeout, final=False, cutoff=None):
         """{index: (status, seconds or why)}; a crash or hang fails the whole batch.
         While searching, a plan's nest is compiled on its own (a third of the compile
         time of the nest with the auto schedule's beside it); the final round times the
@@ -183,7 +183,7 @@ class _Search:
             self._spawn()
         cls = self.cls if final else ()
         send(self.proc.popen.stdin, ("measure", [(i, self.stage, cls, p) for i, p in batch],
-                                     rounds))
+                                     rounds, cutoff))
         try:
             results, output = self._wait(timeout)
         except (_Hung, _Crashed) as e:
@@ -221,7 +221,8 @@ class _Search:
                 break
             timeout = min(left + 2.0, 10.0 + 3 * self.cost + 30 * rounds * auto_s)
             t = time.monotonic()
-            status, value = self.measure([(index, plan)], rounds, timeout)[index]
+            status, value = self.measure([(index, plan)], rounds, timeout,
+                                         cutoff=3 * auto_s)[index]
             self.cost = 0.7 * self.cost + 0.3 * (time.monotonic() - t)
             report.candidates.append((plan, status, value if status == "ok" else None))
             if status != "ok":

@@ -33,7 +33,7 @@ from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _fo
                    _parallel_first_output_loop, _reduced_by_members, auto_schedule,
                    prefers_reduction_outside)
 from .blocking import (Blocking, block_contraction, block_fused_contraction,
-                       contraction_roles, default_blocking, operand_bytes, parallel_blocks)
+                       contraction_roles, operand_bytes, parallel_blocks)
 from .ir import LoopKind
 from .schedule import Schedule
 from .target import target
@@ -277,8 +277,8 @@ def dims(d, sizes):
            "last": env(d.extents[d.indices[-1]]) if d.indices else 1,
            "inside": prefers_reduction_outside(d)}     # which order reads unit-stride
     if roles is not None:
-        out.update(bytes=operand_bytes(roles), M=env(d.extents[roles.i]), N=env(d.extents[roles.j]),
-                   K=env(d.extents[roles.k]),
+        out.update(bytes=operand_bytes(roles), M=env(d.extents[roles.i]),
+                   N=env(d.extents[roles.j]), K=env(d.extents[roles.k]),
                    batch=math.prod(env(d.extents[x]) for x in roles.batch))
     return out
 
@@ -398,8 +398,3 @@ def ranked(d, all_plans, sizes, threads, seed, limit=400, machine=None):
         out.append(p)
     return out
 
-
-def auto_blocking(d):
-    """The auto schedule's blocking of a contraction `d` (for reports)."""
-    roles = contraction_roles(d)
-    return default_blocking(d.reduction.dtype, operand_bytes(roles)) if roles else None

@@ -18,7 +18,6 @@
    measurements found slower than the auto schedule. It is saved in the database,
    where `tex.compile(C)` finds it in any later process.
 """
-import os
 import pickle
 import queue
 import struct

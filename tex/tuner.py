@@ -181,11 +181,11 @@ class _Search:
         if self.proc is None:
             self._spawn()
         cls = self.cls if final else ()
-        send(self.proc.popen.stdin, ("measure", [(i, self.stage, cls, p) for i, p in batch],
-                                     rounds, cutoff))
         try:
+            send(self.proc.popen.stdin, ("measure", [(i, self.stage, cls, p)
+                                                     for i, p in batch], rounds, cutoff))
             results, output = self._wait(timeout)
-        except (_Hung, _Crashed) as e:
+        except (_Hung, _Crashed, OSError) as e:     # (OSError: it died between requests)
             status = "hung" if isinstance(e, _Hung) else "crashed"
             self.close_worker()
             return {i: (status, str(e)) for i, _ in batch}

@@ -44,13 +44,14 @@ def prefers_reduction_outside(defn):
                 _unit_stride_score(defn, defn.indices[-1]) > _unit_stride_score(defn, red.over[-1]))
 
 
-def auto_schedule(sched, fuse=True):
+def auto_schedule(sched, fuse=True, keep=()):
+    """Schedule every stage but those in `keep` (scheduled already: tex.tune's plans)."""
     if fuse:
         _form_kernels(sched)
     for stage in sched.stages:
         d = stage.definition
-        if d in sched._fused:
-            continue                      # runs in its root's nest
+        if d in sched._fused or d in keep:
+            continue                      # runs in its root's nest, or scheduled
         epilogue = sched._epilogue(d)
         if epilogue is not None:
             _auto_fused_root(stage, epilogue)

@@ -2,6 +2,8 @@
 method resolves its loop arguments, calls a pure primitive (schedule/primitives.py) for
 the new state, and commits it with its step record once the schedule has checked it
 (`Schedule._check`): a refused primitive changes nothing."""
+from dataclasses import replace
+
 import sympy as sp
 
 from tex.errors import ScheduleError
@@ -173,6 +175,8 @@ class StageHandle:
         `s.history`; `tail` is the vector loops' tail, "peel" or "mask"; `accumulators`
         the vector accumulator's count of vectors. A refused strategy changes nothing."""
         state, steps = reduction_strategy(self.state, name, tail, accumulators)
+        # (recorded under this handle's name: a specialization's are C#n, not C)
+        steps = [replace(st, stage=self.name) for st in steps]
         vector = next(a for a in reversed(state.axes) if a.kind is LoopKind.VECTOR)
         self.sched._check_vector("reduction_strategy", state, vector.var)
         self._apply(state, *steps)

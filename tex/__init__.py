@@ -31,6 +31,7 @@ for _module, _names in {
     ".scheduler.schedule": "Schedule schedule",
     ".backends.llvm.runtime": "compile",
     ".einsum": "einsum_program",
+    ".tuner": "tune",
 }.items():
     _LAZY.update(dict.fromkeys(_names.split(), _module))
 del _module, _names
@@ -75,5 +76,5 @@ __all__ = [
     "isfinite", "isnan", "log", "log1p", "logsumexp", "max", "maximum", "mean", "min",
     "minimum", "param", "prod", "relu", "round", "rsqrt", "schedule", "sigmoid", "sign",
     "silu", "sin", "sizes", "softmax", "softplus", "sqrt", "std", "sum", "tanh", "tensor",
-    "var", "where", "dtypes_supported", "get_num_threads", "set_num_threads",
+    "tune", "var", "where", "dtypes_supported", "get_num_threads", "set_num_threads",
 ]

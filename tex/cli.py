@@ -42,6 +42,17 @@ def _parser():
     e.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
     e.set_defaults(command=einsum_command)
 
+    t = sub.add_parser("tune", help="search the schedule of one einsum (tex.tune) and record "
+                                    "it in the tuning database that tex.compile reads")
+    t.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
+    t.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
+                   help="one per operand, e.g. 2048x16")
+    t.add_argument("--dtype", default="float32", choices=[d.name for d in tex.dtypes_supported])
+    t.add_argument("--budget", type=float, default=60, help="seconds (default 60)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--retune", action="store_true", help="search even if the database knows it")
+    t.set_defaults(command=lambda args, argv: tune_command(args))
+
     b = sub.add_parser("bench", help="the benchmark suite, ratios against numpy in one run")
     b.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     b.add_argument("--filter", metavar="SUBSTR", help="only workloads whose name contains it")
@@ -226,6 +237,31 @@ def einsum_command(args, argv):
     for label, numpy_s in zip(baselines, times[1:]):
         print(f"  {label:30} {bench.format_seconds(numpy_s):>10}   numpy/tex "
               f"{numpy_s / times[0]:.2f}x")
+    return 0
+
+
+def tune_command(args):
+    """tex.tune on the einsum's program and these shapes (recorded in the tuning
+    database, which tex.compile and tex.einsum read), then auto, tuned and numpy timed."""
+    rng = np.random.default_rng(0)
+    arrays = [random_array(rng, s, args.dtype) for s in args.shapes]
+    try:
+        program = tex.einsum_program(args.subscripts, *arrays)
+    except (ValueError, TypeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    s = tex.tune(program, *arrays, budget=args.budget, seed=args.seed, retune=args.retune)
+    print(s.tuning)
+    print(s)
+    tuned, auto = tex.compile(s), tex.compile(tex.schedule(program).auto())
+    bench.check_close(tuned(*arrays), np.einsum(args.subscripts, *arrays))
+    tuned_s, auto_s = bench.interleave(lambda: tuned(*arrays), lambda: auto(*arrays), 7)
+    _, numpy_s = bench.interleave(lambda: tuned(*arrays), partial(
+        np.einsum, args.subscripts, *arrays, optimize=True), 7)
+    print(f"\ntuned {bench.format_seconds(tuned_s)}   auto {bench.format_seconds(auto_s)}   "
+          f"numpy.einsum {bench.format_seconds(numpy_s)}   auto/tuned {auto_s / tuned_s:.2f}x"
+          f"   numpy/tuned {numpy_s / tuned_s:.2f}x ({tex.get_num_threads()} threads; "
+          f"medians of 7 interleaved rounds)")
     return 0
 
 

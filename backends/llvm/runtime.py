@@ -60,7 +60,10 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
                          f"not {casting!r}")
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
-        sched = default_schedule(as_program(target), fast_math, fuse)
+        from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
+        program = as_program(target)
+        sched = tuned_schedule(jit.cache_dir(), program, fast_math, fuse) or \
+            default_schedule(program, fast_math, fuse)
     elif target.fast_math and not fast_math:
         sched = Schedule(target.program, fast_math=False).replay(target.history)
     else:

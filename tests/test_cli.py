@@ -82,8 +82,14 @@ def test_bench_registry_has_the_issue_workloads():
         "compile_warm_disk_matmul_f32", "rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32",
         "fma_peak_f32", "matmul_f32_256", "matmul_f32_512", "matmul_f32_1000",
         "matmul_f32_1023", "matmul_f32_1024", "matmul_f32_2048", "matmul_f64_1024",
-        "matmul_i8_i32_1024", "batched_bmk_bkn_32x128x128x128", "splitk_123x51234x456"}
-    assert bench.select("rowsum") == ["rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32"]
+        "matmul_i8_i32_1024", "batched_bmk_bkn_32x128x128x128", "splitk_123x51234x456",
+        # fusions (issue 11) and whole programs (issue 12)
+        "matmul_rowmax_1024", "matmul_rowsum_1024", "logits_argmax_4096x512x1000",
+        "matmul_bias_transpose_1024", "geglu_512x1024x4096", "gelu_of_gemm_1024",
+        "attention_head_512x64", "layernorm_4096x1024", "conv1d_8x64x1024_w7",
+        "bilinear_4096x256", "distance_matrix_2048x2048x64"}
+    assert bench.select("rowsum") == ["rowsum_f32_4096x4096", "rowsum_i8_4096x16384_i32",
+                                      "matmul_rowsum_1024"]
 
 
 def test_check_close_refuses_a_wrong_dtype_or_value():

@@ -36,6 +36,7 @@ import functools
 import itertools
 import operator
 import string
+import sys
 
 import numpy as np
 import sympy as sp
@@ -384,6 +385,10 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
 
 def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     """The general path: conversions, tex tensors, the kernel cache, out=, order=."""
+    if "dask" in sys.modules:
+        from . import dask as tex_dask          # dask arrays in: a dask array out
+        if tex_dask.any_dask((subscripts,) + tuple(operands)):
+            return tex_dask.einsum(subscripts, operands, dtype, out, casting)
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
     if any(isinstance(a, Tensor) for a in operands):

@@ -135,6 +135,7 @@ class Signature:
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
         self.bounds = None       # bounds_check kernels: (fast_math, address of the record)
         self.casting = "safe"    # numpy's casting rule for inputs of another dtype
+        self.owner = None        # a weak reference to the CompiledFunction (dask calls)
 
 
 class CompiledFunction:
@@ -145,6 +146,7 @@ class CompiledFunction:
         self.program, self.kernel = program, kernel
         self._make_ir, self.symbol = make_ir, symbol
         self._sig = Signature(program, kernel, symbol, address, engine)
+        self._sig.owner = weakref.ref(self)
         self._cfunc = self._sig.cfunc
         self._asm = None
         self.input_names = tuple(t.name for t in program.inputs)
@@ -280,11 +282,18 @@ def _make_caller(sig):
     # named after the kernel, so that Python's own binding errors name it
     L.append(f"def {sig.symbol}({', '.join(argnames)}{', ' if argnames else ''}*, "
              f"{', '.join(kw)}):")
+    if inputs:
+        L.append("    try:")          # free unless raised (Python 3.11's zero-cost try)
     for pos, t in enumerate(inputs):
         a = argnames[pos]
         g[f"_dt{pos}"] = t.dtype
-        L.append(f"    if type({a}) is not _ndarray or {a}.dtype is not _dt{pos}: "
+        L.append(f"        if type({a}) is not _ndarray or {a}.dtype is not _dt{pos}: "
                  f"{a} = _coerce(_sig, {pos}, {a})")
+    if inputs:                        # a dask array among the inputs: a dask graph
+        g["_Lazy"], g["_lazy"] = _Lazy, _lazy
+        L.append("    except _Lazy:")
+        L.append(f"        return _lazy(_sig, ({', '.join(argnames)},), "
+                 f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
     # one tuple unpack per input binds its sizes and checks its rank (a ValueError)
     checks, unpack = [], []
     for pos, t in enumerate(inputs):
@@ -371,6 +380,8 @@ def _coerce(sig, pos, a):
     tensor's dtype when their kind fits it (bool < int < float), as numpy does with
     `np.asarray(a, dtype)` (an int out of range raises OverflowError)."""
     t = sig.program.inputs[pos]
+    if hasattr(type(a), "__dask_graph__"):
+        raise _Lazy
     arr = np.asarray(a)
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
@@ -389,6 +400,22 @@ def _coerce(sig, pos, a):
         raise TypeError(f"tensor {t.name}: got {arr.dtype} data, which numpy does not cast "
                         f"to {t.dtype} with casting={casting!r}; {fix}")
     return arr.astype(t.dtype)
+
+
+class _Lazy(Exception):
+    """Raised by _coerce for a dask array: the call builds a dask graph instead."""
+
+
+def _lazy(sig, args, params, out):
+    from ...dask import call_compiled
+    f = sig.owner() if sig.owner is not None else None
+    if f is None or getattr(f, "_rebuild", None) is None:
+        raise TypeError(f"{sig.symbol}: dask arrays need a function from tex.compile")
+    try:
+        return call_compiled(f, args, params, out)
+    except BaseException as e:
+        e.__suppress_context__ = True           # not "during handling of _Lazy"
+        raise
 
 
 def _param(sig, name, value):

@@ -305,9 +305,14 @@ def _plan(program, arrays):
     for d, v in values:
         for s in v.expr.free_symbols:
             root = find(("ix", d, s)) if isinstance(s, Index) else None
-            if root in chunked or (root is None and _size_is_chunked(program, arrays, s)):
+            if root is None:
+                root = next((find(("ax", t, axis)) for t, a in zip(program.inputs, arrays)
+                             for axis, dim in enumerate(t.shape)
+                             if s in sp.sympify(dim).free_symbols and len(a.chunks[axis]) > 1),
+                            None)
+            if root in chunked:
                 raise ValueError(f"{d.name} uses {s} as a value, which a chunk would see "
-                                 f"as its own (local) {s}: keep that axis in one chunk")
+                                 f"as its own (local) {s}; {s} runs along {where(root)}")
     o = program.outputs[0]
     out_roots = [find(("ix", o, x)) for x in o.indices]
     _check_output(program, arrays, o, out_roots, find)
@@ -359,11 +364,6 @@ def _check_inputs(program, arrays, find, chunked, where):
                         raise ValueError(f"size {dim} is both {t.name}'s axis {axis} and "
                                          f"{u.name}'s axis {ax2}, which are not chunked "
                                          f"alike: {where(root)}")
-
-
-def _size_is_chunked(program, arrays, s):
-    return any(s in sp.sympify(d).free_symbols and len(a.chunks[axis]) > 1
-               for t, a in zip(program.inputs, arrays) for axis, d in enumerate(t.shape))
 
 
 def _check_output(program, arrays, o, out_roots, find):

@@ -61,6 +61,9 @@ def _parser():
     b.add_argument("--threads", type=int, metavar="N",
                    help="threads for tex and numpy's BLAS (TEX_NUM_THREADS, OPENBLAS_NUM_THREADS)")
     b.add_argument("--list", action="store_true", help="list the workloads and exit")
+    b.add_argument("--dask", action="store_true",
+                   help="tex over dask arrays on a LocalCluster instead (tex/dask_bench.py)")
+    b.add_argument("--big", action="store_true", help="with --dask: issue 15's sizes")
     b.set_defaults(command=bench_command)
     return p
 
@@ -271,6 +274,9 @@ _THREAD_VARS = ("TEX_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "M
 
 
 def bench_command(args, argv):
+    if args.dask:
+        from . import dask_bench
+        return dask_bench.main(["--big"] * args.big + ["--repeat", str(min(args.repeat, 3))])
     if args.list:
         for name in bench.select(args.filter):
             print(f"{name:32}  {bench.WORKLOADS[name].__doc__.splitlines()[0]}")

@@ -223,3 +223,16 @@ def test_task_functions_pickle_small_with_pickle_and_cloudpickle(client):
                                   if type(getattr(t, "func", None)).__name__ == "ProgramChunk"))
     block = client.submit(lambda b, blk: cloudpickle.loads(b)(blk), blob, a[:7, :65]).result()
     np.testing.assert_array_equal(block.ravel(), a[:7, :65].sum(1, dtype=np.int32))
+
+
+def test_the_dask_einsum_example_runs_on_this_cluster(client):
+    """examples/dask_einsum.py on this module's cluster (whose workers hold the kernels)."""
+    from pathlib import Path
+    example = Path(__file__).resolve().parent.parent / "examples" / "dask_einsum.py"
+    run = subprocess.run([sys.executable, str(example), "--rounds", "1", "--scheduler",
+                          client.scheduler.address], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "tex.einsum over dask arrays: dask.array<" in run.stdout
+    assert "int8 row sums of 4 MiB: tex " in run.stdout
+    assert "dask_einsum: all results match numpy" in run.stdout

@@ -4,8 +4,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -39,13 +37,3 @@ def test_matmul_example_small():
     assert "the same loop nest as the auto schedule's specialization C#1: True" in out
     assert "B_pack[jio, kii_2, jii]" in out and "C_acc[iii, jii] +=" in out
     assert "matmul: all results match numpy" in out
-
-
-def test_dask_einsum_example_small():
-    pytest.importorskip("distributed")
-    run = subprocess.run([sys.executable, str(EXAMPLES / "dask_einsum.py"), "--rounds", "1"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert "tex.einsum over dask arrays: dask.array<" in run.stdout
-    assert re.search(r"int8 row sums of 4 MiB: tex [\d.]+ ms, dask [\d.]+ ms", run.stdout)
-    assert "dask_einsum: all results match numpy" in run.stdout

@@ -70,6 +70,9 @@ class EinsumChunk:
                                   casting=self.casting))
         return r.reshape(r.shape + (1,) * self.ncontract)
 
+    def __dask_tokenize__(self):
+        return ("tex.EinsumChunk",) + self.__getstate__()
+
     def __repr__(self):
         return f"<tex einsum chunk {self.subscripts!r}>"
 
@@ -193,10 +196,12 @@ class ProgramChunk:
         rec["v"], rec["a"] = vals, pos
         return rec.reshape(rec.shape + (1,) * nred)
 
-    def __repr__(self):
-        f = compiled_function(self.payload)
+    def __dask_tokenize__(self):
+        return ("tex.ProgramChunk",) + self.__getstate__()
+
+    def __repr__(self):                 # never compiles (a scheduler may print it)
         kind = "blockwise" if self.reduce is None else f"partial {self.reduce[0]}"
-        return f"<tex chunk {f.symbol} ({kind})>"
+        return f"<tex chunk ({kind}, a {len(self.payload)}-byte program)>"
 
 
 def _out_shape(f, blocks):

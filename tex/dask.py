@@ -474,14 +474,14 @@ class _ArgMerge:
     def __call__(self, x, axis=None, keepdims=True):
         axis = axis[0] if isinstance(axis, tuple) else axis
         parts = np.moveaxis(x, axis, 0)
-        best = parts[0].copy()
+        best = parts[0]
         for p in parts[1:]:
             bv, pv = best["v"], p["v"]
             better = pv > bv if self.combiner == "argmax" else pv < bv
             if pv.dtype.kind == "f":
                 better |= np.isnan(pv) & ~np.isnan(bv)
             take = (p["a"] >= 0) & ((best["a"] < 0) | better)
-            best[take] = p[take]
+            best = np.where(take, p, best)
         return np.expand_dims(best, axis) if keepdims else best
 
 

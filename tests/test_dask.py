@@ -151,6 +151,10 @@ def test_max_and_argmax_over_chunked_axes_ties_nan_and_empty_chunks(client):
         np.testing.assert_array_equal(fmin(arr).compute(), (a * 2).argmin(axis=1))
     with pytest.raises(ValueError, match="empty"):
         fmax(x[:, :0]).compute()
+    v = tex.tensor("v", (N,), "float32")                    # a 0-d result: all of a vector
+    fvec = tex.compile(tex.compute("Rvec", (), tex.argmax(v[j], over=j)))
+    for row in (a[2], a[3]):
+        assert fvec(da.from_array(row, chunks=7)).compute() == row.argmax()
 
 
 def test_elementwise_and_broadcast_programs_follow_the_chunks(client):

@@ -159,9 +159,11 @@ class ProgramChunk:
     (program and schedule history, never code), compiled where it first runs.
 
     `reduce`: None for a blockwise program (one block in, the output block out), else
-    the partial step of a root reduction over chunked axes: (combiner, identity,
-    number of reduced axes); an empty part gives the identity, and argmax/argmin give a
-    record of the best value and its position in the block (-1 for an empty part)."""
+    the partial step of a root reduction over chunked axes: (combiner, identity, number
+    of reduced axes, the (operand, axis) pairs they run along); an empty part gives the
+    identity, and argmax/argmin give a record of the best value (from `value`, the
+    pickled program of max(body), min for argmin) and its position in the block (-1 for
+    an empty part)."""
     __slots__ = ("payload", "params", "reduce", "value")
 
     def __init__(self, payload, params, reduce=None, value=None):

@@ -10,25 +10,19 @@ runs (or loaded from the worker's kernel cache). Needs `pip install 'tex[dask]'`
 """
 import argparse
 import os
-import time
 
 import numpy as np
 import dask.array as da
-from dask.distributed import Client, LocalCluster, wait
+from dask.distributed import Client, LocalCluster
 
 import tex
 
 
 def seconds(client, make, rounds):
     """Median seconds to compute `make()` on the workers (kept there, not gathered)."""
-    times = []
-    for _ in range(rounds + 2):         # the first runs compile and warm up: not counted
-        t = time.perf_counter()
-        r = client.persist(make())
-        wait(r)
-        times.append(time.perf_counter() - t)
-        del r
-    return sorted(times[2:])[rounds // 2]
+    from tex.dask_bench import timed        # releases each result before the next run
+    times = [timed(client, make) for _ in range(rounds + 2)]
+    return sorted(times[2:])[rounds // 2]   # the first runs compile and warm up
 
 
 def main():

@@ -28,14 +28,25 @@ SMALL = {"n": 1024, "chunk": 512, "mib": 64}
 
 
 def timed(client, make):
-    """Seconds to build the graph and compute its result on the workers."""
+    """Seconds to build the graph and compute its result on the workers. The keys are
+    deterministic, so the next round would find this result still held: it is released,
+    and the scheduler has forgotten it, before the next round starts."""
+    from dask.core import flatten
     from distributed import wait
     t = time.perf_counter()
     r = client.persist(make())
     wait(r)
     s = time.perf_counter() - t
+    keys = list(flatten(r.__dask_keys__()))
+    client.cancel(r)
     del r
+    while client.run_on_scheduler(_held, keys):
+        time.sleep(0.005)
     return s
+
+
+def _held(keys, dask_scheduler=None):
+    return any(k in dask_scheduler.tasks for k in keys)
 
 
 def interleaved(client, rounds, *makes):

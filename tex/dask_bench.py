@@ -38,9 +38,10 @@ def timed(client, make):
     wait(r)
     s = time.perf_counter() - t
     keys = list(flatten(r.__dask_keys__()))
-    client.cancel(r)
-    del r
-    while client.run_on_scheduler(_held, keys):
+    del r                               # released (not cancelled: that races a re-submit)
+    for _ in range(2000):
+        if not client.run_on_scheduler(_held, keys):
+            break
         time.sleep(0.005)
     return s
 

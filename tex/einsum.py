@@ -48,7 +48,7 @@ from .expr import sum as tex_sum
 from .program import Program
 from .tensor import Tensor, compute, tensor
 from .backends.llvm import warm
-from .backends.llvm.warm import MISS as _MISS, Kernel as _Kernel
+from .backends.llvm.warm import Kernel as _Kernel
 from .backends.llvm.warm import make_guard as _make_guard, reordered as _reordered
 
 ELLIPSIS = "..."
@@ -363,24 +363,10 @@ def _contract(name, picked, keep, result, out_dtype):
 # ---------------------------------------------------------------- einsum on arrays
 
 _kernels = {}       # (subscripts, dtype, casting, optimize, per operand: dtype, ones or ndim)
-_guards = {}        # subscripts -> the guard of its last kernel used with default keywords
-
-
-def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting="safe",
-           order="K"):
-    """numpy.einsum on tex's compiled code: operands that np.asarray takes give an ndarray
-    (a numpy scalar for a 0-d result, or `out`); any tex Tensor operand gives the
-    Definition instead (IR, nothing runs). Kernels are cached by subscripts, operand
-    dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`."""
-    # fast path: default keywords and the last kernel these subscripts used
-    if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
-            and order == "K" and (optimize is False or optimize is True)):
-        guard = _guards.get(subscripts)
-        if guard is not None:
-            result = guard(*operands)
-            if result is not _MISS:
-                return result
-    return _einsum(subscripts, operands, dtype, out, optimize, casting, order)
+# subscripts -> the guard of its last kernel used with default keywords: the dict the
+# front door (warm.einsum, which is tex.einsum) tries before anything else
+_guards = warm._guards
+einsum = warm.einsum
 
 
 def _einsum(subscripts, operands, dtype, out, optimize, casting, order):

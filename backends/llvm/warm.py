@@ -39,7 +39,7 @@ STATS = collections.Counter()   # "loaded": records used, "recorded": records wr
 _ndarray = np.ndarray
 _entries = collections.OrderedDict()   # call key -> Kernel (or None: no record on disk)
 _guards = {}                    # subscripts -> the guard of its last kernel
-_full = []                      # tex.einsum.einsum, once imported
+_full = []                      # tex/einsum.py's general path, once imported
 
 # A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
 # the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
@@ -67,9 +67,8 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
                 _guards[subscripts] = entry.guard
                 return result
     if not _full:
-        _full.append(importlib.import_module("tex.einsum").einsum)
-    return _full[0](subscripts, *operands, dtype=dtype, out=out, optimize=optimize,
-                    casting=casting, order=order)
+        _full.append(importlib.import_module("tex.einsum")._einsum)
+    return _full[0](subscripts, operands, dtype, out, optimize, casting, order)
 
 
 def kernel_key(subscripts, arrays, dtype, casting, optimize):

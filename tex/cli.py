@@ -23,6 +23,15 @@ def main(argv=None):
     return args.command(args, argv)
 
 
+def _einsum_operands(parser, shapes_help):
+    """The arguments the einsum and tune commands share: subscripts, shapes, dtype."""
+    parser.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
+    parser.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
+                        help=shapes_help)
+    parser.add_argument("--dtype", default="float32",
+                        choices=[d.name for d in tex.dtypes_supported])
+
+
 def _parser():
     p = argparse.ArgumentParser(
         prog="python -m tex",
@@ -34,20 +43,14 @@ def _parser():
 
     e = sub.add_parser("einsum", help="show the loop nest (and LLVM IR) of one einsum and "
                                       "time it against numpy (einsum optimize=True, @)")
-    e.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
-    e.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
-                   help='one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
-    e.add_argument("--dtype", default="float32", choices=[d.name for d in tex.dtypes_supported])
+    _einsum_operands(e, 'one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
     e.add_argument("--show", action="store_true", help="also print the LLVM IR")
     e.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
     e.set_defaults(command=einsum_command)
 
     t = sub.add_parser("tune", help="search the schedule of one einsum (tex.tune) and record "
                                     "it in the tuning database that tex.compile reads")
-    t.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
-    t.add_argument("shapes", nargs="+", metavar="SHAPE", type=parse_shape,
-                   help="one per operand, e.g. 2048x16")
-    t.add_argument("--dtype", default="float32", choices=[d.name for d in tex.dtypes_supported])
+    _einsum_operands(t, "one per operand, e.g. 2048x16")
     t.add_argument("--budget", type=float, default=60, help="seconds (default 60)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--retune", action="store_true", help="search even if the database knows it")

@@ -21,9 +21,11 @@ oversized team kills the process. This pool is small enough to own:
     tex_rt_interrupt                    the flag (i32): each kernel clears it on entry
                                         and its outer loops check it.
 
-Workers are created on demand (at most MAX_WORKERS) and sleep on a condition variable
-between regions, so they never take a core from numpy's BLAS threads (a spinning pool
-does, ANCHORS.md workload 10). The struct sizes are glibc's on x86-64 Linux (the only
+Workers are created on demand (at most MAX_WORKERS). Between regions they spin for
+SPIN_TICKS (a fraction of a millisecond: the next region of the same kernel, or the next
+call from a Python loop, finds them awake), then sleep on a condition variable, so they
+do not hold a core from numpy's BLAS threads for long (a pool that keeps spinning does,
+ANCHORS.md workload 10). The caller waits for the team's end the same way. The struct sizes are glibc's on x86-64 Linux (the only
 target tex runs on): pthread_mutex_t 40 bytes, pthread_cond_t 48 (64-byte slots here),
 struct sigaction 152.
 """
@@ -33,6 +35,14 @@ import threading
 
 MAX_WORKERS = 255           # worker threads at most: tex.set_num_threads allows 256
 SA_SIGINFO = 4
+# how long a worker (and the caller, at the join) spins before sleeping, in time-stamp
+# counter ticks (the TSC runs at the nominal clock, 1.5-4 GHz: about 0.1-0.35 ms).
+# A kernel's parallel regions follow each other within microseconds, and so do calls
+# from a Python loop; a thread that slept must be woken through the kernel, which on a
+# virtual machine whose vCPU went idle costs tens of microseconds to milliseconds. The
+# spin is short enough that numpy's BLAS threads, which spin far longer after each of
+# their calls, lose at most that much of a core.
+SPIN_TICKS = 1 << 19
 # the flags of the handler we replace that we keep (the others are the kernel's or
 # libc's business: SA_RESTORER is filled in by glibc)
 SA_KEEP = 0x08000000 | 0x10000000 | 0x40000000      # SA_ONSTACK | SA_RESTART | SA_NODEFER
@@ -66,9 +76,11 @@ declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_detach(i64)
 declare i32 @sigaction(i32, ptr, ptr)
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+declare i64 @llvm.readcyclecounter()
+declare void @llvm.x86.sse2.pause()
 
-; a worker: sleep until the generation changes, run the task if it is a member of the
-; team, count itself done, sleep again
+; a worker: wait until the generation changes (spinning for a short while, then asleep),
+; run the task if it is a member of the team, count itself done, wait again
 define internal ptr @tex_rt_worker(ptr %arg) {{
 entry:
   %seen = alloca i64
@@ -76,10 +88,28 @@ entry:
   %startp = getelementptr i64, ptr @tex_rt_start, i64 %id
   %start = load i64, ptr %startp
   store i64 %start, ptr %seen
+  br label %idle
+idle:
+  %t0 = call i64 @llvm.readcyclecounter()
+  br label %spin
+spin:
+  %g = load atomic i64, ptr @tex_rt_generation monotonic, align 8
+  %s = load i64, ptr %seen
+  %news = icmp ne i64 %g, %s
+  br i1 %news, label %locked, label %spin.time
+spin.time:
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %t0
+  %long = icmp ugt i64 %spent, {spin_ticks}
+  br i1 %long, label %locked, label %spin.pause
+spin.pause:
+  call void @llvm.x86.sse2.pause()
+  br label %spin
+locked:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
   br label %wait
 wait:
-  %gen = load i64, ptr @tex_rt_generation
+  %gen = load atomic i64, ptr @tex_rt_generation monotonic, align 8
   %last = load i64, ptr %seen
   %same = icmp eq i64 %gen, %last
   br i1 %same, label %sleep, label %run
@@ -91,20 +121,21 @@ run:
   %team = load i64, ptr @tex_rt_team
   %fn = load ptr, ptr @tex_rt_task
   %ctx = load ptr, ptr @tex_rt_context
-  %member = icmp slt i64 %id, %team
-  br i1 %member, label %work, label %wait
-work:
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  %member = icmp slt i64 %id, %team
+  br i1 %member, label %work, label %idle
+work:
   call void %fn(ptr %ctx, i64 %id, i64 %team)
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
-  %pending = load i64, ptr @tex_rt_pending
-  %left = sub i64 %pending, 1
-  store i64 %left, ptr @tex_rt_pending
-  %all = icmp eq i64 %left, 0
-  br i1 %all, label %signal, label %wait
+  %left = atomicrmw sub ptr @tex_rt_pending, i64 1 acq_rel
+  %all = icmp eq i64 %left, 1
+  br i1 %all, label %signal, label %unlock
 signal:
   call i32 @pthread_cond_signal(ptr @tex_rt_done)
-  br label %wait
+  br label %unlock
+unlock:
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  br label %idle
 }}
 
 define void @tex_rt_parallel(ptr %fn, ptr %ctx, i64 %threads) {{
@@ -153,24 +184,41 @@ start:
   store ptr %ctx, ptr @tex_rt_context
   store i64 %team, ptr @tex_rt_team
   %others = sub i64 %team, 1
-  store i64 %others, ptr @tex_rt_pending
+  store atomic i64 %others, ptr @tex_rt_pending monotonic, align 8
   %gen = load i64, ptr @tex_rt_generation
   %next = add i64 %gen, 1
-  store i64 %next, ptr @tex_rt_generation
+  store atomic i64 %next, ptr @tex_rt_generation release, align 8
   call i32 @pthread_cond_broadcast(ptr @tex_rt_wake)
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
   call void %fn(ptr %ctx, i64 0, i64 %team)
+  %t0 = call i64 @llvm.readcyclecounter()
+  br label %spin
+spin:
+  %left = load atomic i64, ptr @tex_rt_pending acquire, align 8
+  %all = icmp eq i64 %left, 0
+  br i1 %all, label %finish, label %spin.time
+spin.time:
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %t0
+  %long = icmp ugt i64 %spent, {spin_ticks}
+  br i1 %long, label %locked.join, label %spin.pause
+spin.pause:
+  call void @llvm.x86.sse2.pause()
+  br label %spin
+locked.join:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
   br label %join
 join:
-  %pending = load i64, ptr @tex_rt_pending
+  %pending = load atomic i64, ptr @tex_rt_pending acquire, align 8
   %done = icmp eq i64 %pending, 0
-  br i1 %done, label %finish, label %await
+  br i1 %done, label %unlock, label %await
 await:
   call i32 @pthread_cond_wait(ptr @tex_rt_done, ptr @tex_rt_lock)
   br label %join
-finish:
+unlock:
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  br label %finish
+finish:
   store atomic i32 0, ptr @tex_rt_busy release, align 4
   ret void
 }}
@@ -237,7 +285,7 @@ done:
   ret void
 }}
 """.format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
-           sa_keep=SA_KEEP)
+           sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS)
 
 EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm")
 

@@ -104,6 +104,13 @@ def test_argmax_ties_go_to_the_first_position_like_numpy():
     np.testing.assert_array_equal(f(a, b), np.full(9, 5))
     b[:, 200] = np.nan                       # numpy: the first NaN wins
     np.testing.assert_array_equal(f(a, b), (a @ b).argmax(1))
+    # equal maxima (and NaNs) in the same lane of different vectors of one register
+    # tile, which the epilogue folds into one vector of partials (stage._fold_lanes)
+    b = np.zeros((3, 300), np.float32)
+    b[:, [19, 3, 67]] = 1.0
+    np.testing.assert_array_equal(f(a, b), np.full(9, 3))
+    b[:, [50, 34]] = np.nan
+    np.testing.assert_array_equal(f(a, b), np.full(9, 34))
 
 
 def test_empty_reduced_range_raises_like_numpy():

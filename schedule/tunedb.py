@@ -1,12 +1,14 @@
 """The tuning database: what `tex.tune` found, kept under the kernel cache directory so
 that `tex.compile(out)` in any later process uses it.
 
-    <cache dir>/tune/<program>-<cpu>.json   {"entries": {size class: entry}}
+    <cache dir>/tune/<program>-<cpu>-t<threads>.json   {"entries": {size class: entry}}
 
 `program` hashes the structure key of the program's unscheduled loop nest
 (ir.structure_key: every statement, buffer, dtype and size, the names the schedule's
 steps refer to included) with fast_math and fusion; `cpu` the target's name, vector
-features and cache sizes (schedule/target.py). An entry holds the tuned stage, its size
+features and cache sizes (schedule/target.py); `threads` tex's thread count when it was
+tuned (a plan's parallel loops and split-K parts that won on one thread may lose on
+two: a compile looks up the entries of its own thread count). An entry holds the tuned stage, its size
 class (each size's power-of-two bucket) and the plan (schedule/tuning.py; None when the
 auto schedule won), with the times measured. A later compile of the same program on
 the same CPU builds the schedule with every entry's plan as a specialization guarded by
@@ -42,9 +44,9 @@ def class_name(cls):
     return ",".join(f"{name}:{lo}-{hi}" for name, lo, hi in cls) or "constant"
 
 
-def _path(folder, program, fast_math, fuse):
-    return os.path.join(folder, "tune",
-                        f"{program_key(program, fast_math, fuse)}-{cpu_key()}.json")
+def _path(folder, program, fast_math, fuse, threads):
+    return os.path.join(folder, "tune", f"{program_key(program, fast_math, fuse)}-"
+                                        f"{cpu_key()}-t{int(threads)}.json")
 
 
 def _read(path):
@@ -55,9 +57,10 @@ def _read(path):
         return {"entries": {}}
 
 
-def save(folder, program, fast_math, fuse, cls, entry):
-    """Record `entry` ({"stage", "plan", times...}) for size class `cls`."""
-    path = _path(folder, program, fast_math, fuse)
+def save(folder, program, fast_math, fuse, cls, entry, threads):
+    """Record `entry` ({"stage", "plan", times...}) for size class `cls`, tuned on
+    `threads` threads."""
+    path = _path(folder, program, fast_math, fuse, threads)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = _read(path)
     data["entries"].pop(class_name(cls), None)          # the latest last (see MAX_ENTRIES)
@@ -69,22 +72,24 @@ def save(folder, program, fast_math, fuse, cls, entry):
     return path
 
 
-def lookup(folder, program, fast_math=True, fuse=True, cls=None):
-    """The entry for size class `cls`, or with cls=None every entry: a list of entries."""
+def lookup(folder, program, fast_math=True, fuse=True, cls=None, *, threads):
+    """The entry for size class `cls` on `threads` threads, or with cls=None every
+    entry: a list of entries."""
     if not os.path.isdir(os.path.join(folder, "tune")):
         return []                    # the common case: nothing tuned, nothing hashed
-    entries = _read(_path(folder, program, fast_math, fuse))["entries"]
+    entries = _read(_path(folder, program, fast_math, fuse, threads))["entries"]
     if cls is not None:
         e = entries.get(class_name(cls))
         return [e] if e else []
     return list(entries.values())[-MAX_ENTRIES:]
 
 
-def tuned_schedule(folder, program, fast_math=True, fuse=True):
-    """The schedule `tex.compile(program)` uses when the database has entries for it
-    (None: the auto schedule). Constant sizes pick their own class's entry only."""
+def tuned_schedule(folder, program, fast_math=True, fuse=True, *, threads):
+    """The schedule `tex.compile(program)` uses on `threads` threads when the database
+    has entries for it (None: the auto schedule). Constant sizes pick their own class's
+    entry only."""
     from .tuning import build
-    entries = lookup(folder, program, fast_math, fuse)
+    entries = lookup(folder, program, fast_math, fuse, threads=threads)
     if program.sizes:
         tuned = [(e["stage"], tuple(map(tuple, e["size_class"])), e["plan"]) for e in entries
                  if e.get("plan") is not None]

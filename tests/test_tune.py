@@ -108,16 +108,27 @@ def test_compile_uses_a_database_entry_only_within_its_size_class(tmp_path, monk
     program = tex.Program(C)
     cls = size_class({"M": 65, "K": 63, "N": 70})
     plan = {"family": "dots", "rows": 16}
-    tunedb.save(str(tmp_path), program, True, True, cls, {"stage": "C", "plan": plan})
+    tunedb.save(str(tmp_path), program, True, True, cls, {"stage": "C", "plan": plan},
+                threads=tex.get_num_threads())
     f = tex.compile(C)
     cond = str(class_condition(program, cls))
     assert f._rebuild[2][1].condition == cond              # the first specialization
     for x, y in ((a, b), (a[:3, :5], b[:5, :2]), (np.ones((1, 200), np.float32),
                                                     np.ones((200, 9), np.float32))):
         np.testing.assert_allclose(f(A=x, B=y), x @ y, rtol=1e-4, atol=1e-4)
-    # another CPU's entries are not this one's
+    threads = tex.get_num_threads()
+    assert tunedb.tuned_schedule(str(tmp_path), program, threads=threads) is not None
+    # another thread count's entries are not this one's, nor another CPU's
+    assert tunedb.tuned_schedule(str(tmp_path), program, threads=threads + 1) is None
+    before = threads
+    try:
+        tex.set_num_threads(threads + 1)
+        steps = tex.compile(C)._rebuild[2]                  # the auto schedule's steps
+        assert all(getattr(st, "condition", None) != cond for st in steps)
+    finally:
+        tex.set_num_threads(before)
     monkeypatch.setattr(tunedb, "cpu_key", lambda machine=None: "other-cpu")
-    assert tunedb.tuned_schedule(str(tmp_path), program) is None
+    assert tunedb.tuned_schedule(str(tmp_path), program, threads=threads) is None
 
 
 def test_a_crashing_candidate_ends_only_itself(tuned):

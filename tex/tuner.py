@@ -82,8 +82,9 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candida
     cls = size_class(sizes)
     folder = _cache_dir()
     start = time.monotonic()
+    threads = _threads()
     if not retune:
-        for e in tunedb.lookup(folder, program, fast_math, fuse, cls):
+        for e in tunedb.lookup(folder, program, fast_math, fuse, cls, threads=threads):
             s = _schedule(program, e["stage"], cls, e["plan"], fast_math, fuse)
             s.tuning = TuneReport(e["stage"], cls, [(None, "ok", e.get("auto_time")),
                                                     (e["plan"], "ok", e.get("time"))],
@@ -92,7 +93,6 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candida
     stage, cands = candidates(program, sizes, seed, fast_math, fuse)
     cands = cands[:max_candidates]
     report = TuneReport(stage, cls)
-    threads = _threads()
     search = _Search(program, fast_math, fuse, arrays, threads, stage, cls, budget, start,
                      progress)
     try:
@@ -104,7 +104,7 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candida
     tunedb.save(folder, program, fast_math, fuse, cls, {
         "stage": stage, "plan": plan, "time": report.best_time, "auto_time": report.auto_time,
         "threads": threads, "measured": len(report.candidates), "budget": budget,
-        "seed": seed})
+        "seed": seed}, threads)
     s = _schedule(program, stage, cls, plan, fast_math, fuse)
     s.tuning = report
     return s

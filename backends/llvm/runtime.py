@@ -62,7 +62,9 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     if not isinstance(target, Schedule):
         from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
         program = as_program(target)
-        sched = tuned_schedule(jit.cache_dir(), program, fast_math, fuse) or \
+        from .calls import get_num_threads
+        sched = tuned_schedule(jit.cache_dir(), program, fast_math, fuse,
+                               threads=get_num_threads()) or \
             default_schedule(program, fast_math, fuse)
     elif target.fast_math and not fast_math:
         sched = Schedule(target.program, fast_math=False).replay(target.history)

@@ -508,7 +508,10 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
                 sp.sympify(last.extent).is_Integer:
             order = tuple((a.var, upper_bound(a.extent, loop_vars)) for a in state.axes)
             lanes = (last.var, int(last.extent), order)
-            if final and _reduces_in_lanes(state):
+            if final and _stores_across_lanes(state, last.var):
+                back = _columns_outermost(back, last)
+                lanes = None
+            elif final and _reduces_in_lanes(state):
                 folded = _fold_lanes(state, acc_dtype, last, order)
                 if folded is not None:
                     sub, back_tail, lanes = folded
@@ -532,6 +535,35 @@ def _reduces_in_lanes(state):
     the write-back's vector loop)?"""
     epi = state.epilogue
     return epi is not None and any(f.definition.reduction is not None for f in epi.members)
+
+
+def _stores_across_lanes(state, var):
+    """Does an elementwise-only epilogue store a member whose last (contiguous) index
+    does not move with the write-back's vector loop `var` while another index does (a
+    consumer writing T[j, i] from a tile with j on the vector lanes)?"""
+    epi = state.epilogue
+    if epi is None or any(f.definition.reduction is not None for f in epi.members):
+        return False
+    for f in epi.members:
+        if not f.store:
+            continue
+        index = [sp.sympify(state.subst[f.to_root[x]]) if f.to_root[x] in state.subst
+                 else sp.Integer(0) for x in f.definition.indices]
+        moves = [var in ix.free_symbols for ix in index]
+        if moves and not moves[-1] and any(moves):
+            return True
+    return False
+
+
+def _columns_outermost(back, last):
+    """The write-back loops with the vector loop `last` moved outermost, every loop
+    unrolled: each column of the tile is then written as its rows' consecutive
+    elements of the transposed output, one cache line at a time. Lane by lane, row
+    after row, a tile wrote W output rows a row's stride apart W times over: with a
+    power-of-two stride they share an L1 set, and the 1024^3 matmul + bias stored
+    transposed ran 3 ms (15%) slower than stored in place (1040 rows: 0.5 ms)."""
+    rest = [replace(a, kind=LoopKind.UNROLLED) for a in back if a is not last]
+    return [replace(last, kind=LoopKind.UNROLLED)] + rest
 
 
 def _fold_lanes(state, dtype, last, order):

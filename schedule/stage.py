@@ -484,12 +484,17 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     # reach the output (the write-back checks them), and an unguarded tile stays in
     # vector registers (masked stores to it would keep it in memory)
     init_guards = () if register_tile and acc is not out_buf else out_guards
-    body += _nest(inner_out, init, init_guards)
     level = None if acc is not out_buf or arg else _register_level(state, reducing, first_red,
                                                                     acc_dtype)
+    first = _first_block(state, outer, level, first_red)
+    if first is None:
+        body += _nest(inner_out, init, init_guards)
+    else:   # the first block's tiles store: the output is initialised only if none runs
+        body.append(Guard(first[1], _nest(inner_out, init, init_guards)))
     if level is not None:
         body += _nest(state.axes[first_red:level],
-                      _register_tile(state, value, out_buf, out_index, level, padded),
+                      _register_tile(state, value, out_buf, out_index, level, padded,
+                                     first and first[0]),
                       _guards_for(state, state.axes[:level]))
     else:
         guards = state.guards
@@ -642,14 +647,37 @@ def _register_level(state, reducing, first_red, dtype):
     return None
 
 
-def _register_tile(state, value, out_buf, out_index, level, padded):
+def _first_block(state, outer, level, first_red):
+    """For an output accumulated in memory around a register tile (the kc blocks of a
+    blocked matmul): (the condition "this is the first block of every reduction loop
+    around the tile", the condition "one of them runs no block"), or None. The first
+    block's tiles store their sums instead of adding them to the output, so the output
+    is neither zeroed beforehand nor read back by the first block (BLAS's beta = 0 on
+    the first kc block: 1024^3 float32 wrote and re-read its 4 MB output once more).
+    Only when those loops' extents are known where the output would be initialised."""
+    if level is None:
+        return None
+    blocks = [a for a in state.axes[first_red:level] if a.reduction]
+    known = {a.var for a in outer}
+    loop_vars = set(state_vars(state))
+    if not blocks or any(sp.sympify(a.extent).free_symbols & loop_vars - known
+                         for a in blocks):
+        return None
+    first = sp.And(*(sp.Le(a.var, 0) for a in blocks))
+    empty = sp.Or(*(sp.Le(a.extent, 0) for a in blocks))
+    return first, empty
+
+
+def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
     """The loops from reduction loop `level` inward, accumulating in a local tile that
     is combined into the output after them:
 
         acc[i, j] = identity                      (every i, j of the tile, unguarded)
         for k: for i: for j: acc[i, j] += value    (guards on i, j dropped: see below)
         for i: for j: if guards: C[..] = combine(C[..], acc[i, j])
-    """
+
+    With `first` (_first_block's condition), where it holds the write-back stores
+    (C[..] = acc[i, j]) instead of combining."""
     d, red = state.definition, state.definition.reduction
     loop_vars = state_vars(state)
     axes = state.axes[level:]
@@ -665,9 +693,14 @@ def _register_tile(state, value, out_buf, out_index, level, padded):
     index = tuple(a.var for a in tile)
     update = Update(acc, index, red.combiner, value, state.fast_math)
     write = Update(out_buf, out_index, red.combiner, Access(acc, index), state.fast_math)
+    back = _nest(tile, [write], _guards_for(state, outside))
+    if first is not None and first is not sp.false:
+        store = _nest(tile, [Store(out_buf, out_index, Access(acc, index))],
+                      _guards_for(state, outside))
+        back = store if first is sp.true else (Guard(first, store),
+                                               Guard(sp.Not(first), back))
     return (_nest(tile, [Store(acc, index, identity(red.combiner, red.dtype))]) +
-            _nest(axes, [update], _update_guards(state, value, outside, padded)) +
-            _nest(tile, [write], _guards_for(state, outside)))
+            _nest(axes, [update], _update_guards(state, value, outside, padded)) + back)
 
 
 def _update_guards(state, value, outside, padded):

@@ -27,21 +27,31 @@ from tex.expr import Access, AutoParts, affine_terms, walk as walk_expr
 from .target import target
 
 
-def _unit_stride_score(defn, index):
-    """How many accesses (the output included) have `index` in their last dimension."""
-    score = 1 if defn.indices and defn.indices[-1] is index else 0
-    for node in walk_expr(defn.expr):
-        if isinstance(node, Access) and node.index:
-            coeffs, _ = affine_terms(node.index[-1], node.tensor.name)
-            score += abs(coeffs.get(index, 0)) == 1
+def _unit_stride_score(accesses, index):
+    """How many of `accesses` have `index` in their last dimension with step one."""
+    score = 0
+    for node in accesses:
+        coeffs, _ = affine_terms(node.index[-1], node.tensor.name)
+        score += abs(coeffs.get(index, 0)) == 1
     return score
 
 
 def prefers_reduction_outside(defn):
-    """Should the last output index run inside the reduction loops (better unit stride)?"""
+    """Should the last output index run inside the reduction loops (better unit stride)?
+    Only the reads that move with both loops count: a read of one of them alone (the
+    row's mean mu[i] in sum over j of (X[i, j] - mu[i])**2) and the result are loop
+    invariant in the other order, and counting them put a softmax's row sums in column
+    order (512 x 512: 2.2 ns an element against numpy's 0.9)."""
     red = defn.reduction
-    return bool(red is not None and defn.indices and
-                _unit_stride_score(defn, defn.indices[-1]) > _unit_stride_score(defn, red.over[-1]))
+    if red is None or not defn.indices:
+        return False
+    last, reduced = defn.indices[-1], red.over[-1]
+
+    def uses(node, x):
+        return any(x in sp.sympify(ix).free_symbols for ix in node.index)
+    both = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
+            uses(n, last) and uses(n, reduced)]
+    return _unit_stride_score(both, last) > _unit_stride_score(both, reduced)
 
 
 def auto_schedule(sched, fuse=True, keep=()):

@@ -534,3 +534,28 @@ def test_bench_registers_each_case_with_each_strategy():
     for name in ("reduce_i8_384x512", "reduce_i8_384x512[vector_accumulator]"):
         result = bench.WORKLOADS[name](opts)        # checks the result against numpy first
         assert result.unit == "GB/s" and result.tex_s > 0 and result.numpy_s > 0
+
+
+def test_auto_order_counts_only_reads_that_move_with_both_loops():
+    """The auto schedule runs a row reduction along its rows when the body also reads a
+    per-row value (softmax's sum of exp(S[i, j] - max[i]), LayerNorm's variance): that
+    read is invariant along j and must not vote for column order. Column sums still run
+    their rows outermost, and the results match numpy either way."""
+    from tex.scheduler.auto import prefers_reduction_outside
+    L, N = tex.sizes("L N")
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (L, N), "float32")
+    m = tex.tensor("m", (L,), "float32")
+    rows = tex.compute("Rs", (i,), tex.sum(tex.exp(X[i, j] - m[i]), over=j))
+    var = tex.compute("Vr", (i,), tex.sum((X[i, j] - m[i]) ** 2, over=j))
+    cols = tex.compute("Cs", (j,), tex.sum(X[i, j], over=i))
+    assert not prefers_reduction_outside(rows)
+    assert not prefers_reduction_outside(var)
+    assert prefers_reduction_outside(cols)
+    rng = np.random.default_rng(4)
+    for shape in ((1, 1), (7, 65), (63, 1000)):
+        x = rng.standard_normal(shape).astype(np.float32)
+        mx = x.max(axis=1)
+        np.testing.assert_allclose(tex.compile(rows)(x, mx), np.exp(x - mx[:, None]).sum(1),
+                                   rtol=1e-5)
+        np.testing.assert_allclose(tex.compile(cols)(x), x.sum(0), rtol=1e-4, atol=1e-4)

@@ -28,8 +28,10 @@ from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_child
 
 from .epilogue import identity, statements
 from .region import upper_bound
-from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store, unique_name,
+from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
                  Update, VectorTail, map_nest, walk)
+from .writeback import (columns_outermost, first_block, fold_lanes, reduces_in_lanes,
+                        stores_across_lanes, substituted)
 
 
 # an accumulator tile this small (a few vector registers) is kept in a local array that
@@ -486,7 +488,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     init_guards = () if register_tile and acc is not out_buf else out_guards
     level = None if acc is not out_buf or arg else _register_level(state, reducing, first_red,
                                                                     acc_dtype)
-    first = _first_block(state, outer, level, first_red)
+    first = first_block(state, outer, level, first_red)
     if first is None:
         body += _nest(inner_out, init, init_guards)
     else:   # the first block's tiles store: the output is initialised only if none runs
@@ -513,15 +515,15 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
                 sp.sympify(last.extent).is_Integer:
             order = tuple((a.var, upper_bound(a.extent, loop_vars)) for a in state.axes)
             lanes = (last.var, int(last.extent), order)
-            if final and _stores_across_lanes(state, last.var):
-                back = _columns_outermost(back, last)
+            if final and stores_across_lanes(state, last.var):
+                back = columns_outermost(back, last)
                 lanes = None
-            elif final and _reduces_in_lanes(state):
-                folded = _fold_lanes(state, acc_dtype, last, order)
+            elif final and reduces_in_lanes(state):
+                folded = fold_lanes(state, acc_dtype, last, order)
                 if folded is not None:
                     sub, back_tail, lanes = folded
                     back = list(back[:-1]) + back_tail
-                    result = _substituted(result, sub)
+                    result = substituted(result, sub)
                     at = {x: sp.sympify(state.subst[x]).xreplace(sub) for x in d.indices} \
                         if at is None else {x: sp.sympify(v).xreplace(sub) for x, v in at.items()}
                     out_index = tuple(sp.sympify(ix).xreplace(sub) for ix in out_index)
@@ -533,83 +535,6 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         body += _nest(back, writes, out_guards)
     outer_axes = [Axis(a.var, a.extent, False, a.kind, a.tail) for a in outer]
     return _nest(outer_axes, body + list(after))
-
-
-def _reduces_in_lanes(state):
-    """Does the stage's epilogue hold a reduction member (its per-lane partials follow
-    the write-back's vector loop)?"""
-    epi = state.epilogue
-    return epi is not None and any(f.definition.reduction is not None for f in epi.members)
-
-
-def _stores_across_lanes(state, var):
-    """Does an elementwise-only epilogue store a member whose last (contiguous) index
-    does not move with the write-back's vector loop `var` while another index does (a
-    consumer writing T[j, i] from a tile with j on the vector lanes)?"""
-    epi = state.epilogue
-    if epi is None or any(f.definition.reduction is not None for f in epi.members):
-        return False
-    for f in epi.members:
-        if not f.store:
-            continue
-        index = [sp.sympify(state.subst[f.to_root[x]]) if f.to_root[x] in state.subst
-                 else sp.Integer(0) for x in f.definition.indices]
-        moves = [var in ix.free_symbols for ix in index]
-        if moves and not moves[-1] and any(moves):
-            return True
-    return False
-
-
-def _columns_outermost(back, last):
-    """The write-back loops with the vector loop `last` moved outermost, every loop
-    unrolled: each column of the tile is then written as its rows' consecutive
-    elements of the transposed output, one cache line at a time. Lane by lane, row
-    after row, a tile wrote W output rows a row's stride apart W times over: with a
-    power-of-two stride they share an L1 set, and the 1024^3 matmul + bias stored
-    transposed ran 3 ms (15%) slower than stored in place (1040 rows: 0.5 ms)."""
-    rest = [replace(a, kind=LoopKind.UNROLLED) for a in back if a is not last]
-    return [replace(last, kind=LoopKind.UNROLLED)] + rest
-
-
-def _fold_lanes(state, dtype, last, order):
-    """The write-back's vector loop `last` (a register tile's row, several vectors wide)
-    as an unrolled loop over its vectors around a loop of one vector: (substitution of
-    last's variable, the two loops, the epilogue's lanes). A fused reduction then keeps
-    one vector of partial results per element, not one per column of the tile: each
-    tile's vectors are combined in registers before they meet the partials in memory
-    (a 4096 x 1000 argmax over a 64-column AVX-512 tile kept 64 values and 64 positions
-    per row, re-read and re-written by every column block of the matmul). None when the
-    loop is one vector wide already."""
-    from .target import target
-    width, w = int(last.extent), target().lanes(dtype)
-    if width <= w or width % w:
-        return None
-    vec = Index(unique_name(last.var.name + "v", {a.name for a in state.axes}))
-    lane = Index(unique_name(last.var.name + "l", {a.name for a in state.axes}))
-    sub = {last.var: w * vec + lane}
-    loops = [Axis(vec, sp.Integer(width // w), False, LoopKind.UNROLLED),
-             Axis(lane, sp.Integer(w), False, LoopKind.VECTOR, last.tail)]
-    at_last = [n for n, (v, _) in enumerate(order) if v is last.var]
-    if at_last:
-        n = at_last[0]
-        order = order[:n] + ((vec, sp.Integer(width // w)), (lane, sp.Integer(w))) + order[n + 1:]
-    return sub, loops, (lane, w, order)
-
-
-def _substituted(expr, sub):
-    """expr with the loop variables of `sub` replaced in its accesses' indices (a
-    sliced root's {slice: value} too)."""
-    if isinstance(expr, dict):
-        return {k: _substituted(v, sub) for k, v in expr.items()}
-
-    def fn(node, kids):
-        node = with_children(node, kids)
-        if isinstance(node, Access):
-            return Access(node.tensor, [sp.sympify(ix).xreplace(sub) for ix in node.index])
-        if isinstance(node, IndexValue):
-            return IndexValue(node.expr.xreplace(sub))
-        return node
-    return rebuild(expr, fn)
 
 
 def _slice_values(state, slices, acc, acc_index, inner_out):
@@ -647,27 +572,6 @@ def _register_level(state, reducing, first_red, dtype):
     return None
 
 
-def _first_block(state, outer, level, first_red):
-    """For an output accumulated in memory around a register tile (the kc blocks of a
-    blocked matmul): (the condition "this is the first block of every reduction loop
-    around the tile", the condition "one of them runs no block"), or None. The first
-    block's tiles store their sums instead of adding them to the output, so the output
-    is neither zeroed beforehand nor read back by the first block (BLAS's beta = 0 on
-    the first kc block: 1024^3 float32 wrote and re-read its 4 MB output once more).
-    Only when those loops' extents are known where the output would be initialised."""
-    if level is None:
-        return None
-    blocks = [a for a in state.axes[first_red:level] if a.reduction]
-    known = {a.var for a in outer}
-    loop_vars = set(state_vars(state))
-    if not blocks or any(sp.sympify(a.extent).free_symbols & loop_vars - known
-                         for a in blocks):
-        return None
-    first = sp.And(*(sp.Le(a.var, 0) for a in blocks))
-    empty = sp.Or(*(sp.Le(a.extent, 0) for a in blocks))
-    return first, empty
-
-
 def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
     """The loops from reduction loop `level` inward, accumulating in a local tile that
     is combined into the output after them:
@@ -676,7 +580,7 @@ def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
         for k: for i: for j: acc[i, j] += value    (guards on i, j dropped: see below)
         for i: for j: if guards: C[..] = combine(C[..], acc[i, j])
 
-    With `first` (_first_block's condition), where it holds the write-back stores
+    With `first` (writeback.first_block's condition), where it holds the write-back stores
     (C[..] = acc[i, j]) instead of combining."""
     d, red = state.definition, state.definition.reduction
     loop_vars = state_vars(state)

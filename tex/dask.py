@@ -52,7 +52,7 @@ def any_dask(values):
 class EinsumChunk:
     """The task function of an einsum over dask arrays: tex.einsum on one block of each
     operand (its kernel cache compiles once per process and kind), with a size-1 axis
-    appended per contracted label so that dask's blockwise keeps them apart."""
+    in front per contracted label so that dask's blockwise keeps them apart."""
     __slots__ = ("subscripts", "dtype", "casting", "ncontract")
 
     def __init__(self, subscripts, dtype, casting, ncontract):
@@ -68,7 +68,7 @@ class EinsumChunk:
     def __call__(self, *blocks):
         r = np.asarray(tex.einsum(self.subscripts, *blocks, dtype=self.dtype,
                                   casting=self.casting))
-        return r.reshape(r.shape + (1,) * self.ncontract)
+        return r.reshape((1,) * self.ncontract + r.shape)
 
     def __dask_tokenize__(self):
         return ("tex.EinsumChunk",) + self.__getstate__()
@@ -95,14 +95,17 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     result = tex.einsum_program(explicit, *spec, dtype=dtype, casting=casting).outputs[0].dtype
     contract = sorted(set(inputs.replace(",", "")) - set(output))
     ops = _dask_einsum_rechunk(ops, terms, output, contract)
+    # the contracted labels lead: the tree sum then adds whole partial blocks (a
+    # reduction over the first axis of the stacked parts); trailing, it summed each
+    # element's few parts along the last axis, 3x slower than dask's own matmul merge
     partial = da.blockwise(
         EinsumChunk(explicit, result if dtype is not None else None, casting, len(contract)),
-        output + "".join(contract), *(a for pair in zip(ops, terms) for a in pair),
+        "".join(contract) + output, *(a for pair in zip(ops, terms) for a in pair),
         adjust_chunks=dict.fromkeys(contract, 1), dtype=result, token="tex-einsum",
         meta=np.empty((0,) * (len(output) + len(contract)), result))
     if not contract:
         return partial
-    axes = tuple(range(len(output), len(output) + len(contract)))
+    axes = tuple(range(len(contract)))
     if result.kind == "b":                           # bool sums are OR, as in numpy
         return partial.any(axis=axes, split_every=split_every)
     return partial.sum(axis=axes, dtype=result, split_every=split_every)

@@ -124,6 +124,14 @@ def test_einsum_dtype_and_integer_semantics(client):
     b = rng(1).integers(0, 2, (7, 65)).astype(bool)
     got = tex.einsum("ij,ij->i", da.from_array(b, chunks=(7, 7)), b).compute()
     np.testing.assert_array_equal(got, np.einsum("ij,ij->i", b, b))
+    # contracted labels in one chunk: one task per output block, no tree sum
+    for chunks in ((7, 1000), (65, 1000)):
+        r = tex.einsum("ij->i", da.from_array(a, chunks=chunks), dtype=np.int32)
+        assert len(r.__dask_graph__()) <= 2 * len(r.chunks[0]) + 1, dict(r.__dask_graph__())
+        np.testing.assert_array_equal(r.compute(), np.einsum("ij->i", a, dtype=np.int32))
+    one = da.from_array(b, chunks=(3, 65))
+    np.testing.assert_array_equal(tex.einsum("ij,ij->i", one, one).compute(),
+                                  np.einsum("ij,ij->i", b, b))
     with pytest.raises(TypeError, match="cast"):
         tex.einsum("ij->i", x.astype(np.int32), dtype=np.int8)
 

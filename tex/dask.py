@@ -204,7 +204,7 @@ class ProgramChunk:
             if r is None:
                 shape = _out_shape(f, blocks)
                 r = np.full(shape, identity, f.program.outputs[0].dtype)
-            return r.reshape(r.shape + (1,) * nred)
+            return r.reshape((1,) * nred + r.shape)
         if empty:
             shape = _out_shape(f, blocks)
             vals = np.full(shape, identity, _value_dtype(self.value))
@@ -214,7 +214,7 @@ class ProgramChunk:
             vals = np.asarray(compiled_function(self.value)(*blocks, **self.params))
         rec = np.empty(pos.shape, [("v", vals.dtype), ("a", np.int64)])
         rec["v"], rec["a"] = vals, pos
-        return rec.reshape(rec.shape + (1,) * nred)
+        return rec.reshape((1,) * nred + rec.shape)
 
     def __dask_tokenize__(self):
         return ("tex.ProgramChunk",) + self.__getstate__()
@@ -405,7 +405,7 @@ def _check_output(program, arrays, o, out_roots, find):
 # ---------------------------------------------------------------- split reductions
 
 def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
-    """A partial reduction per chunk (blockwise, one size-1 axis per reduced label),
+    """A partial reduction per chunk (blockwise, one leading size-1 axis per reduced label),
     global positions for argmax/argmin, then dask's tree reduction merges the parts."""
     import dask.array as da
     from dask.array.core import unify_chunks
@@ -430,12 +430,12 @@ def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
     task = ProgramChunk(payload, params,
                         (red.combiner, identity, len(plan.split), reduced_axes),
                         _value_payload(f) if positional else None)
-    labels = plan.output_labels + plan.split
+    labels = plan.split + plan.output_labels       # the parts lead (see einsum)
     part_dtype = np.dtype([("v", value_dtype), ("a", np.int64)]) if positional else o.dtype
     partial = da.blockwise(task, labels, *pairs, adjust_chunks=dict.fromkeys(plan.split, 1),
                            token=f"{f.symbol}-partial",
                            dtype=part_dtype, meta=np.empty((0,) * len(labels), part_dtype))
-    axes = tuple(range(len(plan.output_labels), len(labels)))
+    axes = tuple(range(len(plan.split)))
     if positional:
         starts = np.cumsum((0,) + chunkss[plan.split[0]])[:-1].tolist()
         partial = partial.map_blocks(_Shift(axes[0], starts), dtype=part_dtype,

@@ -168,6 +168,25 @@ def test_max_and_argmax_over_chunked_axes_ties_nan_and_empty_chunks(client):
         assert fvec(da.from_array(row, chunks=7)).compute() == row.argmax()
 
 
+def test_argmax_over_several_chunked_indices_gives_numpy_flat_positions(client):
+    """argmax/argmin over (j, k), both chunked: each part's flat position over its block
+    becomes the flat position over the whole (J, K), ties to the first as numpy's."""
+    J, K = tex.sizes("J K")
+    k = tex.indices("k")
+    k = k[0] if isinstance(k, (tuple, list)) else k
+    X3 = tex.tensor("X3", (M, J, K), "float32")
+    farg = tex.compile(tex.compute("A2", (i,), tex.argmax(X3[i, j, k], over=(j, k))))
+    fmin = tex.compile(tex.compute("B2", (i,), tex.argmin(X3[i, j, k], over=(j, k))))
+    a = rng(5).integers(-3, 4, (5, 13, 70)).astype(np.float32)      # many ties
+    a[1, 9, 3], a[1, 2, 60] = np.nan, np.nan                        # the first NaN wins
+    a[3] = 1.0                                                       # all equal: 0
+    flat = a.reshape(5, -1)
+    for chunks in ((5, 13, 70), (2, 7, 65), (5, (6, 0, 7), (1, 69)), (1, 1, 7)):
+        x = da.from_array(a, chunks=chunks)
+        np.testing.assert_array_equal(farg(x).compute(), flat.argmax(axis=1))
+        np.testing.assert_array_equal(fmin(x).compute(), flat.argmin(axis=1))
+
+
 def test_elementwise_and_broadcast_programs_follow_the_chunks(client):
     A = tex.tensor("A", (M, N), "float32")
     b_ = tex.tensor("b", (N,), "float32")

@@ -362,9 +362,10 @@ def _plan(program, arrays):
                 f"{d.name} reduces over {x} along {where(root)}: its partial results per "
                 f"chunk would feed {consumer}, and only a reduction at the program's output "
                 "can be merged across chunks")
-    if red.combiner in ("argmax", "argmin") and len(set(own)) > 1:
-        raise ValueError(f"{o.name}: {red.combiner} over several indices along chunked "
-                         f"axes ({where(next(iter(split_roots)))})")
+    if red.combiner in ("argmax", "argmin") and len(set(own)) < len(own):
+        raise ValueError(f"{o.name}: {red.combiner} over indices that run along the same "
+                         f"chunked axis ({where(next(iter(split_roots)))}): its flat "
+                         "positions cannot be split by chunks")
     red_labels = tuple(dict.fromkeys(labels[r] for r in own))
     return _Plan(input_labels, output_labels, red_labels)
 
@@ -437,8 +438,8 @@ def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
                            dtype=part_dtype, meta=np.empty((0,) * len(labels), part_dtype))
     axes = tuple(range(len(plan.split)))
     if positional:
-        starts = np.cumsum((0,) + chunkss[plan.split[0]])[:-1].tolist()
-        partial = partial.map_blocks(_Shift(axes[0], starts), dtype=part_dtype,
+        partial = partial.map_blocks(_Shift([chunkss[label] for label in plan.split]),
+                                     dtype=part_dtype,
                                      meta=np.empty((0,) * len(labels), part_dtype))
         merge = _ArgMerge(red.combiner)
         meta = np.empty((0,) * len(plan.output_labels), part_dtype)
@@ -471,39 +472,56 @@ class _Merge:
 
 
 class _Shift:
-    """Block positions -> global positions along the split axis (argmax/argmin)."""
+    """Block positions -> global positions (argmax/argmin): a part's flat position over
+    its block of the reduced axes (row-major, as numpy's) becomes the flat position over
+    the whole reduced axes. `chunks`: each reduced label's chunk lengths, in the
+    reduction's order; the labels lead the partial blocks."""
 
-    def __init__(self, axis, starts):
-        self.axis, self.starts = axis, starts
+    def __init__(self, chunks):
+        self.chunks = tuple(tuple(c) for c in chunks)
 
     def __call__(self, part, block_id=None):
-        start = self.starts[block_id[self.axis]]
+        ids = block_id[:len(self.chunks)]
+        sizes = [c[b] for c, b in zip(self.chunks, ids)]
+        if 0 in sizes:
+            return part                         # an empty part: its positions are -1
+        starts = [sum(c[:b]) for c, b in zip(self.chunks, ids)]
+        totals = [sum(c) for c in self.chunks]
+        a = part["a"]
+        found = a >= 0
+        local = np.unravel_index(np.where(found, a, 0), sizes)
+        flat = np.ravel_multi_index(tuple(x + s for x, s in zip(local, starts)), totals)
         out = part.copy()
-        out["a"] = np.where(part["a"] >= 0, part["a"] + start, -1)
+        out["a"] = np.where(found, flat, -1)
         return out
 
 
 class _ArgMerge:
-    """Merge (value, position) records in chunk order: a part wins with a better value,
-    or a NaN against a number (numpy's argmax takes the first NaN); a tie keeps the
-    earlier part, so the first position wins as in numpy; empty parts (-1) never win."""
+    """Merge (value, position) records: a part wins with a better value, or a NaN
+    against a number (numpy's argmax takes the first NaN); between equal values (or two
+    NaNs) the smaller global position wins, as in numpy; empty parts (-1) never win."""
 
     def __init__(self, combiner):
         self.combiner = combiner
 
     def __call__(self, x, axis=None, keepdims=True):
-        axis = axis[0] if isinstance(axis, tuple) else axis
-        parts = np.moveaxis(x, axis, 0)
+        axes = tuple(a % x.ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
+        rest = tuple(d for d in range(x.ndim) if d not in axes)
+        parts = np.transpose(x, axes + rest).reshape((-1,) + tuple(x.shape[d] for d in rest))
         best = parts[0]
         for p in parts[1:]:
             bv, pv = best["v"], p["v"]
             better = pv > bv if self.combiner == "argmax" else pv < bv
+            same = pv == bv
             if pv.dtype.kind == "f":
                 better |= np.isnan(pv) & ~np.isnan(bv)
-            take = (p["a"] >= 0) & ((best["a"] < 0) | better)
+                same |= np.isnan(pv) & np.isnan(bv)
+            earlier = p["a"] < best["a"]
+            take = (p["a"] >= 0) & ((best["a"] < 0) | better | (same & earlier))
             best = np.where(take, p, best)
-        return np.expand_dims(best, axis) if keepdims else best
-
+        if keepdims:
+            best = best.reshape(tuple(1 if d in axes else x.shape[d] for d in range(x.ndim)))
+        return best
 
 
 def _positions(records):

@@ -66,6 +66,7 @@ class EinsumChunk:
         self.subscripts, self.dtype, self.casting, self.ncontract = state
 
     def __call__(self, *blocks):
+        blocks = [_only_block(b) for b in blocks]
         r = np.asarray(tex.einsum(self.subscripts, *blocks, dtype=self.dtype,
                                   casting=self.casting))
         return r.reshape((1,) * self.ncontract + r.shape)
@@ -75,6 +76,14 @@ class EinsumChunk:
 
     def __repr__(self):
         return f"<tex einsum chunk {self.subscripts!r}>"
+
+
+def _only_block(block):
+    """The block itself from blockwise's list of one block per contracted index (a
+    label that the output drops, in one chunk: concatenate=True would copy it)."""
+    while isinstance(block, list):
+        (block,) = block
+    return block
 
 
 def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_every=None):
@@ -101,7 +110,7 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
         # (8 tasks instead of 24 for an int8 row sum over 64 MiB row blocks)
         return da.blockwise(
             EinsumChunk(explicit, result if dtype is not None else None, casting, 0),
-            output, *pairs, concatenate=True, dtype=result, token="tex-einsum",
+            output, *pairs, dtype=result, token="tex-einsum",
             meta=np.empty((0,) * len(output), result))
     # the contracted labels lead: the tree sum then adds whole partial blocks (a
     # reduction over the first axis of the stacked parts); trailing, it summed each

@@ -18,6 +18,8 @@ correctly, only slower):
    the host has it); argmax/argmin get explicit vector code on their innermost loop;
    everything else is left to LLVM's loop vectorizer, which does as well there.
 """
+import functools
+
 import sympy as sp
 
 from tex.combiners import COMBINERS
@@ -164,7 +166,7 @@ def _auto_blocked(stage):
     """Contractions (matmul and every einsum that is one) get the BLIS-style blocked
     schedule of schedule/blocking.py, when their sum may be reassociated, as a
     specialization for calls with at least a register tile's rows (MR) and two vectors'
-    columns. Below that most of the tile computes padding. Measured against numpy
+    columns (on AVX-512, narrower register tiles from one vector's columns: below). Below that most of the tile computes padding. Measured against numpy
     (2048 x K=2048), blocked and as dot products over a packed B (k innermost: the
     second specialization, for fewer columns than two vectors): 3 columns 0.27x and
     1.2x, 8 columns 0.18x and 0.48x; 16 columns blocked 0.25x; one column (4096 x
@@ -178,7 +180,7 @@ def _auto_blocked(stage):
     the output itself, so shapes with blocks enough pay nothing for it.
     Returns whether the stage is done (False: the generic heuristics follow)."""
     from .blocking import (block_contraction, contraction_roles, default_blocking,
-                           operand_bytes, parallel_blocks)
+                           full_tile_vectors, operand_bytes, parallel_blocks)
     d = stage.definition
     roles = contraction_roles(d)
     if roles is None:
@@ -189,7 +191,7 @@ def _auto_blocked(stage):
     blocking = default_blocking(red.dtype, operand_bytes(roles))
     rows, cols = d.extents[roles.i], d.extents[roles.j]
 
-    def blocked(target):
+    def blocked(target, blocking=blocking):
         parts = AutoParts(f"{d.name}_parts", parallel_blocks(d, roles, blocking),
                           d.extents[roles.k])
         _, k_loop = target.split_k(roles.k, parts)
@@ -203,10 +205,28 @@ def _auto_blocked(stage):
         target.pack(roles.b, io, layout="loops")
         _auto_reduction_strategy(target)
         target.parallel(io)
-    few = 2 * target().lanes(red.dtype)      # columns: 32 float32 on AVX-512
-    for condition, schedule in ((sp.And(sp.GreaterThan(rows, blocking.mr),
-                                        sp.GreaterThan(cols, few)), blocked),
-                                (sp.StrictLessThan(cols, few), dots)):
+    # by the number of columns: the full tile from two vectors on (AVX2), or from three
+    # (AVX-512's tile of four: at most a quarter of it padding), with a tile of one
+    # vector and up to 12 rows for narrower products on AVX-512; dot products below that
+    # (2048 x 2048 @ 2048 x 16 on AVX-512: 4.7 ms as dot products, 0.56x numpy, 3.4 ms
+    # in the 12 x 16 tile; x 32: 0.64x -> 0.86x. On AVX2 a tile of one vector lost to the
+    # dot products at 8 columns, 0.82x against 0.9x. Each tier is one more specialization
+    # to compile: a symbolic matmul 1.1 -> 1.6 s on znver4)
+    lanes = target().lanes(red.dtype)
+    full = full_tile_vectors()
+    tiers = [((full - 1) * lanes, None), (lanes, 1)] if full > 2 else \
+        [(2 * lanes, None)]
+    cases, upper = [], None
+    for low, vectors in tiers:
+        bl = blocking if vectors is None else default_blocking(red.dtype, operand_bytes(roles),
+                                                              vectors=vectors)
+        wide = sp.GreaterThan(cols, low)
+        cond = sp.And(sp.GreaterThan(rows, bl.mr), wide if upper is None else
+                      sp.And(wide, sp.StrictLessThan(cols, upper)))
+        cases.append((cond, functools.partial(blocked, blocking=bl)))
+        upper = low
+    cases.append((sp.StrictLessThan(cols, upper), dots))
+    for condition, schedule in cases:
         if condition is sp.true:              # sizes known now: no specialization
             schedule(stage)
             return True

@@ -106,7 +106,10 @@ class Blocking:
     nc: int             # columns of the packed B block (L3)
 
 
-def default_blocking(dtype, operand_bytes, machine=None):
+NARROW_MR = 12      # register tile rows at most with one or two vectors of columns
+
+
+def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
     """Block sizes for accumulators of `dtype` and operands of `operand_bytes` bytes an
     element, from the target's vector registers and caches (schedule/target.py):
 
@@ -119,6 +122,9 @@ def default_blocking(dtype, operand_bytes, machine=None):
       amortizes each tile's initialisation and write-back (measured: Zen 5, 1 MiB L2:
       kc = 1024 25% faster than an L1-sized 256; Zen 3, 512 KiB L2: 512 to 1024 alike,
       256 8% slower at 2048^3).
+    - `vectors` (narrow products, fewer columns than the full tile): NR = that many
+      vectors, MR up to NARROW_MR rows (2048 x 2048 @ 2048 x 16 on AVX-512 ran 4.7 ms
+      as dot products and ~2.7 in a 12 x 16 tile; numpy 2.6).
     - mc: the packed A block (mc x kc) in a quarter of L2, or eight register tiles of
       rows if that still fits half of it; a multiple of MR, so that no tile of a block
       is padding (Zen 3: mc = 16 from the quarter rule made every third tile a third
@@ -129,8 +135,11 @@ def default_blocking(dtype, operand_bytes, machine=None):
     machine = machine or target()
     registers = machine.vector_registers
     lanes = machine.lanes(dtype)
-    vectors = 4 if registers == 32 else 2            # NR / W
-    mr = (registers - vectors - 2) // vectors        # 6 on AVX-512 and on AVX2
+    if vectors is None:
+        vectors = full_tile_vectors(machine)           # NR / W
+        mr = (registers - vectors - 2) // vectors      # 6 on AVX-512 and on AVX2
+    else:
+        mr = min(NARROW_MR, (registers - vectors - 2) // vectors)
     nr = vectors * lanes
     l2, l3 = machine.cache(2, 512 << 10), machine.cache(3, 8 << 20)
     # (and short enough that eight tiles of rows of A fit half of L2 at that kc)
@@ -142,6 +151,12 @@ def default_blocking(dtype, operand_bytes, machine=None):
     mc = max(mr, rows // mr * mr)
     nc = max(nr, min(4096, (l3 // 8) // (kc * operand_bytes)) // nr * nr)
     return Blocking(mr, nr, kc, mc, nc)
+
+
+def full_tile_vectors(machine=None):
+    """Vectors of columns in the full register tile: 4 with 32 vector registers, 2
+    with 16."""
+    return 4 if (machine or target()).vector_registers == 32 else 2
 
 
 FUSED_NC = 112      # columns of B a fused nest packs (at most; a multiple of NR): 7 AVX2 panels

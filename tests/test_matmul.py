@@ -242,3 +242,25 @@ def test_golden_auto_schedule_of_a_1024_matmul(cpu, golden):
         golden(f"auto_matmul_1024_{cpu}", str(tex.schedule(C).auto()))
 
 
+
+
+@pytest.mark.parametrize("m,n,k", [(12, 16, 1), (65, 16, 63), (7, 17, 1000), (1000, 31, 65),
+                                   (13, 32, 127), (100, 47, 300), (11, 20, 64)])
+def test_narrow_products(m, n, k):
+    """One to three vectors of columns: on AVX-512 hosts a register tile of one vector
+    and up to 12 rows (the full tile is four vectors wide); a view of B too."""
+    a, b = operands(np.random.default_rng(m + n + k), m, n, k, "float32")
+    check(kernel("float32")(a, b), expected(a, b), k)
+    wide = np.random.default_rng(1).standard_normal((k, 2 * n)).astype(np.float32)
+    check(kernel("float32")(a, wide[:, ::2]), expected(a, wide[:, ::2]), k)
+
+
+def test_narrow_tile_on_avx512_only():
+    """The 12 x 16 tile is a specialization of the AVX-512 schedule (ZEN5); the AVX2
+    schedule (ZEN3) keeps dot products below its full tile's two vectors."""
+    with targets.overriding(ZEN5):
+        avx512 = str(tex.schedule(matmul("float32")).auto())
+    with targets.overriding(ZEN3):
+        avx2 = str(tex.schedule(matmul("float32")).auto())
+    assert "(M >= 12) & (N >= 16) & (N < 48)" in avx512 and "12*iio" in avx512
+    assert "(M >= 12)" not in avx2 and "(N < 16)" in avx2

@@ -6,12 +6,21 @@ Why not libgomp: a libgomp team does not survive `fork()` (the child's first par
 region waits forever for threads that were not copied), libgomp may be missing, and an
 oversized team kills the process. This pool is small enough to own:
 
-    tex_rt_parallel(fn, ctx, threads)   runs fn(ctx, t, team) for t in 0..team on
-                                        team = min(threads, workers + 1) threads, the
-                                        caller being thread 0, and returns when all are
-                                        done. A region entered while another runs (a
-                                        nested parallel loop, a second Python thread)
-                                        runs on the caller alone: fn(ctx, 0, 1).
+    tex_rt_parallel(fn, ctx, threads)   runs fn(ctx, t, team) on the caller (t = 0) and
+                                        on each worker t < team = min(threads, workers
+                                        + 1) that joins before the caller's own fn
+                                        returns, then waits for those that joined. fn
+                                        must therefore take its work from a shared
+                                        counter (parallel.py's chunks), never assume
+                                        that every t runs: a worker whose core is busy
+                                        (numpy's BLAS threads spin for ~0.1 s after
+                                        each call) is not waited for, where it used to
+                                        hold up every region (a 512 x 512 x 64 product
+                                        on 2 threads, 16 regions: 3.2 ms right after a
+                                        numpy call, 0.19 ms alone). A region entered
+                                        while another runs (a nested parallel loop, a
+                                        second Python thread) runs on the caller alone:
+                                        fn(ctx, 0, 1).
     tex_rt_reset()                      forgets the workers: called in the child after
                                         a fork (they were not copied), and at load.
     tex_rt_arm()                        puts tex_rt_on_sigint in front of the process's
@@ -57,7 +66,8 @@ RUNTIME_IR = r"""
 @tex_rt_task = internal global ptr null
 @tex_rt_context = internal global ptr null
 @tex_rt_team = internal global i64 0
-@tex_rt_pending = internal global i64 0
+@tex_rt_active = internal global i64 0
+@tex_rt_open = internal global i64 0
 @tex_rt_workers = internal global i64 0
 @tex_rt_busy = internal global i32 0
 @tex_rt_interrupt = global i32 0
@@ -121,14 +131,24 @@ run:
   %team = load i64, ptr @tex_rt_team
   %fn = load ptr, ptr @tex_rt_task
   %ctx = load ptr, ptr @tex_rt_context
-  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  %open = load i64, ptr @tex_rt_open
   %member = icmp slt i64 %id, %team
-  br i1 %member, label %work, label %idle
-work:
+  %isopen = icmp ne i64 %open, 0
+  %joins = and i1 %member, %isopen
+  br i1 %joins, label %join, label %skip
+skip:
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  br label %idle
+join:
+  atomicrmw add ptr @tex_rt_active, i64 1 monotonic
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
   call void %fn(ptr %ctx, i64 %id, i64 %team)
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
-  %left = atomicrmw sub ptr @tex_rt_pending, i64 1 acq_rel
-  %all = icmp eq i64 %left, 1
+  %left = atomicrmw sub ptr @tex_rt_active, i64 1 acq_rel
+  %final = icmp eq i64 %left, 1
+  %still = load i64, ptr @tex_rt_open
+  %closed = icmp eq i64 %still, 0
+  %all = and i1 %final, %closed
   br i1 %all, label %signal, label %unlock
 signal:
   call i32 @pthread_cond_signal(ptr @tex_rt_done)
@@ -183,18 +203,23 @@ start:
   store ptr %fn, ptr @tex_rt_task
   store ptr %ctx, ptr @tex_rt_context
   store i64 %team, ptr @tex_rt_team
-  %others = sub i64 %team, 1
-  store atomic i64 %others, ptr @tex_rt_pending monotonic, align 8
+  store atomic i64 0, ptr @tex_rt_active monotonic, align 8
+  store i64 1, ptr @tex_rt_open
   %gen = load i64, ptr @tex_rt_generation
   %next = add i64 %gen, 1
   store atomic i64 %next, ptr @tex_rt_generation release, align 8
   call i32 @pthread_cond_broadcast(ptr @tex_rt_wake)
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
   call void %fn(ptr %ctx, i64 0, i64 %team)
+  ; every chunk is taken: close the region (a worker that has not joined by now skips
+  ; it) and wait only for those that joined
+  call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  store i64 0, ptr @tex_rt_open
+  call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
   %t0 = call i64 @llvm.readcyclecounter()
   br label %spin
 spin:
-  %left = load atomic i64, ptr @tex_rt_pending acquire, align 8
+  %left = load atomic i64, ptr @tex_rt_active acquire, align 8
   %all = icmp eq i64 %left, 0
   br i1 %all, label %finish, label %spin.time
 spin.time:
@@ -209,7 +234,7 @@ locked.join:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
   br label %join
 join:
-  %pending = load atomic i64, ptr @tex_rt_pending acquire, align 8
+  %pending = load atomic i64, ptr @tex_rt_active acquire, align 8
   %done = icmp eq i64 %pending, 0
   br i1 %done, label %unlock, label %await
 await:
@@ -229,7 +254,8 @@ entry:
   call i32 @pthread_cond_init(ptr @tex_rt_wake, ptr null)
   call i32 @pthread_cond_init(ptr @tex_rt_done, ptr null)
   store i64 0, ptr @tex_rt_workers
-  store i64 0, ptr @tex_rt_pending
+  store i64 0, ptr @tex_rt_active
+  store i64 0, ptr @tex_rt_open
   store i64 0, ptr @tex_rt_team
   store i32 0, ptr @tex_rt_busy
   ret void

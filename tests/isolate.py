@@ -76,7 +76,8 @@ class _Worker:
     def __init__(self):
         if _Worker._ctx is None:
             _Worker._ctx = multiprocessing.get_context("forkserver")
-            _Worker._ctx.set_forkserver_preload(["numpy", "hypothesis", "tex"])
+            _Worker._ctx.set_forkserver_preload(
+                ["numpy", "sympy", "llvmlite.binding", "hypothesis", "tex"])
         self.conn, child = _Worker._ctx.Pipe()
         self.proc = _Worker._ctx.Process(target=_serve, args=(child,), daemon=True,
                                          name="tex-test-child")

@@ -16,6 +16,7 @@ signal, a new child serves the next example, and hypothesis shrinks the crash li
 other failure. The body must be a module-level function of a test module (the child
 imports the module by name); its arguments must survive pickling (numpy arrays lose
 their strides: pass a layout's name and build the view in the body).
+TEX_TEST_IN_PROCESS=1 runs the bodies in pytest's process instead (for pdb).
 """
 import functools
 import importlib
@@ -144,6 +145,8 @@ def in_child(body):
 
     @functools.wraps(body)
     def test(*args, **kwargs):
+        if os.environ.get("TEX_TEST_IN_PROCESS"):      # to debug a body (pdb), or compare
+            return body(*args, **kwargs)
         return run(*key, *args, **kwargs)
     test.body = body
     return test

@@ -45,7 +45,6 @@ def _env():
 
 def _serve(conn):
     """The child: run (module, name, args, kwargs, env) requests until the pipe closes."""
-    os.environ.pop("PYTEST_XDIST_WORKER", None)
     while True:
         try:
             module, name, args, kwargs, env = conn.recv()
@@ -133,7 +132,10 @@ def run(module, name, *args, **kwargs):
                            f"code crashed on this example (the arguments are above)")
     _, blob, text, line = reply
     exc = pickle.loads(blob) if blob is not None else ChildError(line)
-    exc.add_note(f"--- in the child process:\n{text.rstrip()}")
+    where = f"--- in the child process:\n{text.rstrip()}"
+    if not hasattr(exc, "add_note"):             # Python 3.10
+        raise exc from ChildError(where)
+    exc.add_note(where)
     raise exc
 
 

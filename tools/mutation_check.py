@@ -174,6 +174,9 @@ def _run_tests(repo, boot, tests, timeout):
     out = (proc.stdout + proc.stderr).strip().splitlines()
     if proc.returncode < 0:     # a test ran crashing code in-process (tests/isolate.py)
         return False, time.perf_counter() - t0, f"PYTEST CRASHED (signal {-proc.returncode})"
+    worker = [ln for ln in out if "crashed while running" in ln]      # pytest-xdist
+    if worker:
+        return False, time.perf_counter() - t0, f"PYTEST CRASHED (a worker: {worker[0][:110]})"
     failed = [ln for ln in out if ln.startswith(("FAILED", "ERROR"))]
     return proc.returncode == 0, time.perf_counter() - t0, (failed or out or [""])[-1][:150]
 

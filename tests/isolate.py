@@ -56,7 +56,7 @@ def _serve(conn):
         try:
             importlib.import_module(module)
             result = ("ok", _BODIES[module, name](*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - pytest's Failed/Skipped are BaseException
+        except BaseException as exc:  # noqa: BLE001 - pytest's Failed is a BaseException
             if isinstance(exc, KeyboardInterrupt):
                 raise
             text = "".join(traceback.format_exception(exc))

@@ -168,8 +168,9 @@ def _run_tests(repo, boot, tests, timeout):
         try:
             # -n 0: one process stops at the first failure (-x) at once; two xdist
             # workers finish what they run first (a kill took up to 3x longer)
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-n", "0",
-                                   "-p", "no:cacheprovider", *tests], cwd=repo, env=env,
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-rf",
+                                   "-n", "0", "-p", "no:cacheprovider", *tests],
+                                  cwd=repo, env=env,
                                   capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return False, time.perf_counter() - t0, "timeout"

@@ -17,8 +17,15 @@ atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
 
 @pytest.fixture(scope="session", autouse=True)
 def tex_cache_dir(tmp_path_factory):
-    """The session's kernel cache folder (TEX_CACHE_DIR), under pytest's temp dir."""
-    path = tmp_path_factory.mktemp("tex-kernel-cache")
+    """The session's kernel cache folder (TEX_CACHE_DIR), under pytest's temp dir. Under
+    pytest-xdist the workers share one (in the run's temp root, next to their own temp
+    dirs): a kernel one worker compiled is a disk hit for the other; tex writes cache
+    entries atomically, so concurrent writers are safe."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        path = tmp_path_factory.getbasetemp().parent / "tex-kernel-cache"
+        path.mkdir(exist_ok=True)
+    else:
+        path = tmp_path_factory.mktemp("tex-kernel-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TEX_CACHE_DIR", str(path))
         yield path

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import tex
+from isolate import in_child
 from kernels import compiled
 from tex.backends.numpy_ref import evaluate
 from tex.expr import Access, free_indices, walk
@@ -864,7 +865,7 @@ def random_programs(draw):
     for t in program.inputs:
         shape = (m, n) if t.ndim == 2 else (n,)
         a = draw(hnp.arrays(t.dtype, shape, elements=_element_strategy(t.dtype)))
-        arrays.append(_layout(a, draw(st.sampled_from(LAYOUTS))))
+        arrays.append((a, draw(st.sampled_from(LAYOUTS))))   # laid out in the child
     return defn, body, combiner, arrays, n
 
 
@@ -895,8 +896,12 @@ def _layout(a, how):
 @settings(max_examples=_examples(250), deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(random_programs())
+@in_child
 def test_random_expressions(case):
+    """Runs in a child process (generated code that crashes fails the example); the
+    arrays travel contiguous with their layout's name and are laid out here."""
     defn, body, combiner, arrays, n = case
+    arrays = [_layout(a, how) for a, how in arrays]
     f = tex.compile(defn)
     with np.errstate(all="ignore"):
         try:
@@ -913,7 +918,8 @@ def test_random_expressions(case):
             rtol = max(rtol, RTOL[body.dtype.name])                  # sum(f32, dtype=f64)
     if combiner in ("sum", "prod") and got.dtype.kind == "f":
         # the body as its own definition, to bound the reassociation error
-        out = tuple(x for x in (i, j) if x in free_indices(body))
+        # (the body's own indices: pickled, they are not this module's i and j)
+        out = tuple(sorted(free_indices(body), key=lambda x: x.name))
         with np.errstate(all="ignore"):
             vals = np.asarray(evaluate(tex.compute("Body", out, body), arrays)[0], np.float64)
         vals = np.where(np.isfinite(vals), vals, 0)

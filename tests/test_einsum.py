@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tex
+from isolate import in_child
 from tex.backends.numpy_ref import evaluate
 
 einsum_module = importlib.import_module("tex.einsum")
@@ -452,7 +453,9 @@ def examples(n):
 @settings(max_examples=examples(200), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(einsum_cases())
+@in_child
 def test_generated(case):
+    """Runs in a child process: generated code that crashes fails the example."""
     subscripts, shapes, dtypes, layouts, seed = case
     rng = np.random.default_rng(seed)
     operands = [view(rng, s, d, lay) for s, d, lay in zip(shapes, dtypes, layouts)]

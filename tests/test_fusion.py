@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import tex
+from isolate import in_child
 from tex.backends import numpy_ref
 
 M, N, K = tex.sizes("M N K")
@@ -319,6 +320,7 @@ def dags(draw):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(case=dags(), seed=st.integers(0, 3))
+@in_child
 def test_random_dags_match_the_reference(case, seed):
     out, (m, n, kk) = case
     f = tex.compile(out)

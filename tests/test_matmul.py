@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 import tex
 from tex.scheduler import target as targets
 from cpus import ZEN3, ZEN5
+from isolate import in_child
 from tex.scheduler.blocking import Blocking, block_contraction, contraction_roles
 
 from kernels import compiled
@@ -172,8 +173,10 @@ def test_float_sum_without_fast_math_is_not_blocked():
        kc=st.integers(1, 40), mc=st.integers(1, 4), nc=st.integers(1, 3),
        m=st.sampled_from([1, 7, 40]), n=st.sampled_from([1, 9, 70]),
        k=st.sampled_from([1, 5, 81]), dtype=st.sampled_from(["float32", "float64", "int32"]))
+@in_child
 def test_random_block_sizes(mr, vectors, kc, mc, nc, m, n, k, dtype):
-    """Any block sizes give numpy's result on any shape: tails everywhere."""
+    """Any block sizes give numpy's result on any shape: tails everywhere (in a child
+    process: a wrong tail may crash)."""
     C = matmul(dtype)
     s = tex.schedule(C)
     block_contraction(s[C], contraction_roles(C), Blocking(mr, vectors, kc, mr * mc, vectors * nc))

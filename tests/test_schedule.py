@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import tex
 from tex.scheduler.target import overriding
 from cpus import ZEN3
+from isolate import in_child
 from tex.backends import numpy_ref
 
 M, N, K = tex.sizes("M N K")
@@ -93,10 +94,12 @@ def schedules(draw):
 
 @settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schedules(), st.integers(0, 2**31))
+@in_child
 def test_random_schedules_match_reference(case, seed):
     """At least 500 (program, schedule) pairs a run: splits with every tail, reorders,
     parallel, unrolled and vector loops, split_k with every combiner (fixed and
-    call-time P), privatize, packs of both layouts, fusion."""
+    call-time P), privatize, packs of both layouts, fusion. Runs in a child process: a
+    wrong guard or tail in generated code may crash."""
     name, s, sizes, params = case
     program = s.program
     # one case in 16 checks every access of the generated code (bounds_check): a legal

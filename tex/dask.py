@@ -131,7 +131,11 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     axes = tuple(range(len(contract)))
     if result.kind == "b":                           # bool sums are OR, as in numpy
         return partial.any(axis=axes, split_every=split_every)
-    return partial.sum(axis=axes, dtype=result, split_every=split_every)
+    # the parts are final per task (no chunk step: da.sum's copied each 4 MiB block)
+    merge = _Merge("sum", result)
+    return da.reduction(partial, _keep, merge, axis=axes, dtype=result, combine=merge,
+                        split_every=split_every, concatenate=True, name="tex-einsum-sum",
+                        meta=np.empty((0,) * len(output), result))
 
 
 def _label_chunks(ops, terms, label):

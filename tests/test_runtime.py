@@ -349,6 +349,49 @@ def test_concurrent_calls_from_python_threads():
     assert not errors, errors[0]
 
 
+PLACEMENT_SCRIPT = r"""
+import os, sys, numpy as np, tex
+cpus = sorted(os.sched_getaffinity(0))
+before = set(os.listdir("/proc/self/task"))
+tex.set_num_threads(int(sys.argv[1]))
+a = np.random.default_rng(0).standard_normal((300, 300))
+for _ in range(3):
+    np.testing.assert_allclose(tex.einsum("ik,kj->ij", a, a), a @ a, rtol=1e-9)
+workers = sorted(set(os.listdir("/proc/self/task")) - before)
+print(cpus)
+print(sorted(os.sched_getaffinity(0)))
+for tid in workers:
+    print(sorted(os.sched_getaffinity(int(tid))))
+"""
+
+
+@pytest.mark.parametrize("pin", ["1", "0"])
+def test_workers_are_placed_on_cpus_other_than_the_callers(pin, tmp_path):
+    """Each worker of a team is pinned to its own CPU, never the caller's, so a core
+    busy with another runtime's spinning thread cannot put two of tex's threads on one
+    core; TEX_PIN_THREADS=0 leaves placement to the OS. Needs 2 CPUs, and runs in a
+    child: pinning would outlive the test."""
+    import os
+    import subprocess
+    import sys
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU")
+    env = dict(os.environ, TEX_PIN_THREADS=pin, TEX_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", PLACEMENT_SCRIPT, str(len(cpus))], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [eval(line) for line in out.stdout.splitlines()]     # noqa: S307 - lists of ints
+    allowed, caller, workers = lines[0], lines[1], lines[2:]
+    assert caller == allowed                                      # the caller is never pinned
+    assert workers, "no worker thread started"
+    if pin == "0":
+        assert all(w == allowed for w in workers)
+    else:
+        assert all(len(w) == 1 for w in workers)
+        assert len({w[0] for w in workers}) == len(workers)      # one CPU each
+
+
 def test_the_kernel_call_releases_the_gil():
     import ctypes
     g = gemm()

@@ -52,6 +52,8 @@ SA_SIGINFO = 4
 # spin is short enough that numpy's BLAS threads, which spin far longer after each of
 # their calls, lose at most that much of a core.
 SPIN_TICKS = 1 << 19
+# the CPU numbers a worker can be pinned to (a cpu_set_t of glibc's default size)
+MASK_BITS = 1024
 # the flags of the handler we replace that we keep (the others are the kernel's or
 # libc's business: SA_RESTORER is filled in by glibc)
 SA_KEEP = 0x08000000 | 0x10000000 | 0x40000000      # SA_ONSTACK | SA_RESTART | SA_NODEFER
@@ -74,6 +76,9 @@ RUNTIME_IR = r"""
 @tex_rt_previous = internal global %sigaction zeroinitializer
 @tex_rt_ids = internal global [{slots} x i64] zeroinitializer
 @tex_rt_start = internal global [{slots} x i64] zeroinitializer
+@tex_rt_home = internal global i64 -1
+@tex_rt_ncpus = global i64 0
+@tex_rt_cpus = global [{slots} x i32] zeroinitializer
 
 declare i32 @pthread_mutex_init(ptr, ptr)
 declare i32 @pthread_mutex_lock(ptr)
@@ -85,7 +90,10 @@ declare i32 @pthread_cond_broadcast(ptr)
 declare i32 @pthread_create(ptr, ptr, ptr, ptr)
 declare i32 @pthread_detach(i64)
 declare i32 @sigaction(i32, ptr, ptr)
+declare i32 @sched_getcpu()
+declare i32 @sched_setaffinity(i32, i64, ptr)
 declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare i64 @llvm.readcyclecounter()
 declare void @llvm.x86.sse2.pause()
 
@@ -94,6 +102,8 @@ declare void @llvm.x86.sse2.pause()
 define internal ptr @tex_rt_worker(ptr %arg) {{
 entry:
   %seen = alloca i64
+  %placedp = alloca i64
+  store i64 -1, ptr %placedp
   %id = load i64, ptr %arg
   %startp = getelementptr i64, ptr @tex_rt_start, i64 %id
   %start = load i64, ptr %startp
@@ -141,7 +151,16 @@ skip:
   br label %idle
 join:
   atomicrmw add ptr @tex_rt_active, i64 1 monotonic
+  %home = load i64, ptr @tex_rt_home
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
+  %placed = load i64, ptr %placedp
+  %moved = icmp ne i64 %home, %placed
+  br i1 %moved, label %place, label %work
+place:
+  store i64 %home, ptr %placedp
+  call void @tex_rt_place(i64 %id, i64 %home)
+  br label %work
+work:
   call void %fn(ptr %ctx, i64 %id, i64 %team)
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
   %left = atomicrmw sub ptr @tex_rt_active, i64 1 acq_rel
@@ -156,6 +175,69 @@ signal:
 unlock:
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
   br label %idle
+}}
+
+; pins the calling worker to the CPU `id` places after `home` (the caller's CPU) in the
+; process's CPU list, or lets it run anywhere again when home is -1
+define internal void @tex_rt_place(i64 %id, i64 %home) {{
+entry:
+  %mask = alloca [{mask_words} x i64]
+  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
+  %n = load i64, ptr @tex_rt_ncpus
+  %anywhere = icmp slt i64 %home, 0
+  br label %find
+find:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %find.next ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %find.body, label %missing
+find.body:
+  %cp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %i
+  %c = load i32, ptr %cp
+  %c64 = sext i32 %c to i64
+  br i1 %anywhere, label %find.add, label %find.test
+find.add:
+  call void @tex_rt_mask_set(ptr %mask, i64 %c64)
+  br label %find.next
+find.test:
+  %hit = icmp eq i64 %c64, %home
+  br i1 %hit, label %found, label %find.next
+find.next:
+  %i.next = add i64 %i, 1
+  br label %find
+missing:
+  ; home is not among the CPUs listed at load (the affinity changed since): anywhere
+  br i1 %anywhere, label %apply, label %all
+all:
+  call void @tex_rt_place(i64 %id, i64 -1)
+  ret void
+found:
+  %slot = add i64 %i, %id
+  %wrapped = urem i64 %slot, %n
+  %tp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %wrapped
+  %target = load i32, ptr %tp
+  %target64 = sext i32 %target to i64
+  call void @tex_rt_mask_set(ptr %mask, i64 %target64)
+  br label %apply
+apply:
+  call i32 @sched_setaffinity(i32 0, i64 {mask_bytes}, ptr %mask)
+  ret void
+}}
+
+define internal void @tex_rt_mask_set(ptr %mask, i64 %cpu) {{
+entry:
+  %fits = icmp ult i64 %cpu, {mask_bits}
+  br i1 %fits, label %set, label %done
+set:
+  %word = lshr i64 %cpu, 6
+  %bit = and i64 %cpu, 63
+  %wp = getelementptr i64, ptr %mask, i64 %word
+  %w = load i64, ptr %wp
+  %one = shl i64 1, %bit
+  %w2 = or i64 %w, %one
+  store i64 %w2, ptr %wp
+  br label %done
+done:
+  ret void
 }}
 
 define void @tex_rt_parallel(ptr %fn, ptr %ctx, i64 %threads) {{
@@ -203,6 +285,16 @@ start:
   store ptr %fn, ptr @tex_rt_task
   store ptr %ctx, ptr @tex_rt_context
   store i64 %team, ptr @tex_rt_team
+  %ncpus = load i64, ptr @tex_rt_ncpus
+  %room = icmp sle i64 %team, %ncpus
+  br i1 %room, label %where, label %announce
+where:
+  %cpu = call i32 @sched_getcpu()
+  %cpu64 = sext i32 %cpu to i64
+  br label %announce
+announce:
+  %home = phi i64 [ -1, %start ], [ %cpu64, %where ]
+  store i64 %home, ptr @tex_rt_home
   store atomic i64 0, ptr @tex_rt_active monotonic, align 8
   store i64 1, ptr @tex_rt_open
   %gen = load i64, ptr @tex_rt_generation
@@ -311,7 +403,8 @@ done:
   ret void
 }}
 """.format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
-           sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS)
+           sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS, mask_words=MASK_BITS // 64,
+           mask_bytes=MASK_BITS // 8, mask_bits=MASK_BITS)
 
 EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm")
 
@@ -327,6 +420,22 @@ class Runtime:
         self.reset = proto(self.addresses["tex_rt_reset"])
         self.arm = proto(self.addresses["tex_rt_arm"])
         self.interrupt = ctypes.c_int32.from_address(self.addresses["tex_rt_interrupt"])
+        self.ncpus = ctypes.c_int64.from_address(engine.get_global_value_address("tex_rt_ncpus"))
+        self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(
+            engine.get_global_value_address("tex_rt_cpus"))
+
+    def place_workers(self, enabled):
+        """Pin each worker of a team to its own CPU, counted from the caller's (or not).
+
+        The caller is never pinned; at each region a worker that finds the caller on
+        another CPU than last time moves. Why: with as many threads as cores, a busy core
+        (numpy's BLAS threads spin for ~0.1 s after each call) makes Linux put the caller
+        and its worker on the same core, where each runs half the time."""
+        cpus = sorted(os.sched_getaffinity(0)) if enabled else []
+        cpus = [c for c in cpus if c < MASK_BITS][:MAX_WORKERS + 1]
+        for k, c in enumerate(cpus):
+            self.cpus[k] = c
+        self.ncpus.value = len(cpus)
 
 
 _runtime = []
@@ -351,6 +460,7 @@ def runtime():
             for name, address in rt.addresses.items():
                 llvm.add_symbol(name, address)
             rt.reset()
+            rt.place_workers(os.environ.get("TEX_PIN_THREADS", "1") != "0")
             # the workers are not copied into a forked child: it starts a pool of its own
             os.register_at_fork(after_in_child=rt.reset)
             _runtime.append(rt)

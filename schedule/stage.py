@@ -30,8 +30,8 @@ from .epilogue import identity, statements
 from .region import upper_bound
 from .ir import (Allocate, ArgTarget, Buffer, Guard, Loop, LoopKind, Scope, Stage, Store,
                  Update, VectorTail, map_nest, walk)
-from .writeback import (columns_outermost, first_block, fold_lanes, reduces_in_lanes,
-                        stores_across_lanes, substituted)
+from .writeback import (columns_outermost, first_block, fold_lanes, reduces_in_lanes, reading,
+                        rows_rolled, stores_across_lanes, substituted)
 
 
 # an accumulator tile this small (a few vector registers) is kept in a local array that
@@ -528,6 +528,11 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
                         if at is None else {x: sp.sympify(v).xreplace(sub) for x, v in at.items()}
                     out_index = tuple(sp.sympify(ix).xreplace(sub) for ix in out_index)
                     out_guards = [g.xreplace(sub) for g in out_guards]
+        rolled = rows_rolled(state, back, last) if final and register_tile else None
+        if rolled is not None:
+            tile = Buffer(f"{d.name}_tile", acc.shape, acc.dtype, Scope.LOCAL)
+            body += _nest(inner_out, [Store(tile, acc_index, Access(acc, acc_index))], ())
+            back, result = rolled, reading(result, acc, tile)
         writes = _finish(state, out_buf, out_index, result, at, lanes) if final else \
             [Store(out_buf, out_index, result)]
         if values_to is not None:

@@ -10,7 +10,8 @@ from dataclasses import replace
 
 import sympy as sp
 
-from tex.expr import Access, Index, IndexValue, rebuild, with_children
+from tex.expr import Access, Index, IndexValue, Op, rebuild, with_children
+from tex.expr import walk as walk_expr
 
 from .ir import LoopKind, unique_name
 from .target import target
@@ -68,6 +69,35 @@ def stores_across_lanes(state, var):
 
 
 
+# elementwise operations that cost a polynomial kernel each (backends/llvm/vmath.py)
+TRANSCENDENTAL = frozenset({"exp", "log", "tanh", "erf", "expm1", "log1p"})
+
+
+def rows_rolled(state, back, last):
+    """The write-back loops with its unrolled loops (the tile's rows) rolled, when the
+    epilogue evaluates a polynomial kernel (tanh, exp, ...) on the tile, or None.
+    Unrolled, the kernels of all the tile's vectors were interleaved, their constants,
+    hoisted out of the nest, held registers through the micro-kernel, and its
+    accumulators spilled (1024^3 with gelu_tanh: 12.3 ms on 1 thread, the matmul alone
+    8.5). Rolled, the epilogue runs one row of vectors at a time on a copy of the tile
+    in memory (stage.py copies it after the reduction: reading the accumulators at a
+    rolled loop's index would keep them in memory through the micro-kernel too)."""
+    epi = state.epilogue
+    if epi is None or not any(isinstance(n, Op) and n.name in TRANSCENDENTAL
+                              for f in epi.members
+                              for n in walk_expr(_body(f.definition))):
+        return None
+    if not any(a.kind is LoopKind.UNROLLED and a is not last for a in back):
+        return None
+    return [replace(a, kind=LoopKind.SERIAL) if a.kind is LoopKind.UNROLLED and a is not last
+            else a for a in back]
+
+
+def _body(definition):
+    red = definition.reduction
+    return red.body if red is not None else definition.expr
+
+
 def columns_outermost(back, last):
     """The write-back loops with the vector loop `last` moved outermost, every loop
     unrolled: each column of the tile is then written as its rows' consecutive
@@ -106,6 +136,19 @@ def fold_lanes(state, dtype, last, order):
     return sub, loops, (lane, w, order)
 
 
+
+
+def reading(expr, old, new):
+    """expr (or a dict of them) with its reads of buffer `old` reading `new` instead."""
+    if isinstance(expr, dict):
+        return {k: reading(v, old, new) for k, v in expr.items()}
+
+    def fn(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access) and node.tensor is old:
+            return Access(new, node.index)
+        return node
+    return rebuild(expr, fn)
 
 
 def substituted(expr, sub):

@@ -5,6 +5,8 @@ not fuse, and the printed reason; the user's `s.fuse` / `s.unfuse`; a fuzzer ove
 DAGs of a contraction and its consumers."""
 import pickle
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -40,6 +42,8 @@ def _programs(dtype):
         "gelu_of_sum": tex.compute("E", (i, j), tex.gelu(
             tex.sum(A[i, k] * B[k, j], over=k), approximate="tanh")),
         "rowsum": tex.compute("Srow", (i,), tex.sum(C[i, j], over=j)),
+        # a transcendental epilogue feeding a fused reduction (softmax's row sums)
+        "rowsum_of_exp": tex.compute("Se", (i,), tex.sum(tex.exp(0.01 * C[i, j]), over=j)),
     }
 
 
@@ -92,6 +96,19 @@ def test_fusion_matches_numpy_and_the_unfused_program(name, dtype):
                     _close(unfused(*arrays), want, dtype, shape[2])
         finally:
             tex.set_num_threads(before)
+
+
+def test_a_transcendental_epilogue_runs_rolled_on_a_copy_of_the_tile():
+    """gelu's tanh on a register tile: the tile is copied out after the k loop and the
+    epilogue runs one row at a time (unrolled, the polynomial constants held registers
+    through the micro-kernel and its accumulators spilled); an epilogue without one
+    (a max) stays unrolled on the accumulators."""
+    progs = _programs("float32")
+    gelu = tex.compile(progs["gelu_of_sum"]).loop_nest
+    assert "E_sum0_tile[iii, jii_1] = E_sum0_acc[iii, jii_1]" in gelu
+    epilogue = gelu[gelu.index("E_sum0_tile[iii, jii_1] = "):]
+    assert re.search(r"for iii in 0\.\.6:\n", epilogue) and "tanh(" in epilogue
+    assert "_tile" not in tex.compile(progs["rowmax"]).loop_nest
 
 
 def test_argmax_ties_go_to_the_first_position_like_numpy():

@@ -2,6 +2,8 @@
 class (square, tall, wide, prime, degenerate), every dtype, transposed and strided
 operands, `out=`, batched and multi-operand einsums, random block sizes, and the
 golden printout of the auto schedule of a 1024 matmul."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -267,3 +269,28 @@ def test_narrow_tile_on_avx512_only():
         avx2 = str(tex.schedule(matmul("float32")).auto())
     assert "(M >= 12) & (N >= 16) & (N < 48)" in avx512 and "12*iio" in avx512
     assert "(M >= 12)" not in avx2 and "(N < 16)" in avx2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_vector_times_matrix_streams_rows_of_b_on_every_thread(m, dtype):
+    """Fewer rows than a register tile's (a row vector times a matrix): the reduction is
+    split into one part a thread, each streaming its block of B's rows four at a time
+    into a register tile of the output row; K and N that neither four nor a vector
+    divides, 1 and 3 threads, a strided B."""
+    text = str(tex.schedule(matmul(dtype)).auto())
+    assert "C_part[" in text and re.search(r"kii\w* in 0\.\.4:  # unrolled", text)
+    before = tex.get_num_threads()
+    rng = np.random.default_rng(m)
+    try:
+        for threads in (1, 3):
+            tex.set_num_threads(threads)
+            for n, k in [(16, 1), (17, 7), (63, 65), (65, 3), (1000, 1000), (130, 4099)]:
+                a, b = operands(rng, m, n, k, dtype)
+                check(kernel(dtype)(a, b), expected(a, b), k)
+                wide = rng.standard_normal((k, 2 * n)).astype(dtype)
+                check(kernel(dtype)(a, wide[:, 1::2]), expected(a, wide[:, 1::2]), k)
+                v = a[0]
+                check(tex.einsum("k,kj->j", v, b), v @ b, k)
+    finally:
+        tex.set_num_threads(before)

@@ -9,7 +9,7 @@ correctly, only slower):
 2. Split-K. For one-dimensional outputs (row or column reductions) the outermost
    reduction loop is split into a call-time number of parts
    (`tex.backends.llvm.runtime.AUTO_PARTS`): 1 when the output rows already give every
-   thread enough work, else one part a thread (a reduction to a few long rows gets its
+   thread enough work, else four parts a thread (a reduction to a few long rows gets its
    threads this way). With one part the merge is a single copy pass.
 3. Threads. The parts loop and the first output loop are both parallel; at run time a
    loop with one iteration, or too little work, stays on the calling thread, so the
@@ -242,7 +242,7 @@ STREAM_ROWS = 4         # rows of B a pass over the output row adds (vector time
 def _auto_streamed_rows(stage):
     """A vector times a matrix, C[.., j] = sum_k A[.., k] B[k, j] with few rows of A
     (none, or fewer than a register tile's: what _auto_blocked leaves): the
-    reduction is split into a call-time number of parts (one a thread when the rows
+    reduction is split into a call-time number of parts (four a thread when the rows
     are few), each part streams its block of B's rows, STREAM_ROWS rows at a time, into
     a register tile of the output row:
 

@@ -275,7 +275,7 @@ def test_narrow_tile_on_avx512_only():
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_vector_times_matrix_streams_rows_of_b_on_every_thread(m, dtype):
     """Fewer rows than a register tile's (a row vector times a matrix): the reduction is
-    split into one part a thread, each streaming its block of B's rows four at a time
+    split into four parts a thread, each streaming its block of B's rows four at a time
     into a register tile of the output row; K and N that neither four nor a vector
     divides, 1 and 3 threads, a strided B."""
     text = str(tex.schedule(matmul(dtype)).auto())

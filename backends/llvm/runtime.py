@@ -36,8 +36,12 @@ from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  
 # split-K's part count at call time, as Python source over the thread count `t`, the
 # rows the threads would otherwise share and the reduction's length: split across the
 # threads only when the rows are too few to keep every thread busy (fewer than 4 a
-# thread) and the reduction is long enough to amortise the merge
-AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else {t}"
+# thread) and the reduction is long enough to amortise the merge; then four parts a
+# thread, taken from the parts loop's shared counter, so a thread that loses its core
+# for a while (numpy's BLAS threads spin for ~0.1 s after each call) leaves its share
+# to the others (123 x 51234 x 456 on 2 threads right after a numpy call: 34-38 ms with
+# a part a thread, 25-29 with four; 18-20 alone either way)
+AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
 
 
 def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True):

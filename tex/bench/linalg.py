@@ -121,26 +121,28 @@ def splitk_123x51234x456(opts):
 @workload
 def splitk_4x65536x512(opts):
     """C[4x512] = A[4x65536] @ B[65536x512] float32, auto schedule, vs a @ b: few rows and
-    a long K, where the auto schedule splits K into one part a thread (see `parts`)."""
+    a long K, where the auto schedule splits K into four parts a thread (see `parts`)."""
     return _matmul(opts, 4, 65536, 512, max_repeat=5, parts=True)
 
 
 def auto_parts(f, sizes):
     """The parts of K the call path gives compiled matmul `f` at these sizes ({size name:
-    value}) and tex's thread count: 1 when its schedule has no split-K."""
+    value}) and tex's thread count: 1 when its schedule has no split-K (the most over
+    its specializations' rules: a vector times a matrix splits K by the rows of A, the
+    blocked schedule by its blocks)."""
     import sympy as sp
 
     from tex.backends.llvm import runtime
     from tex.expr import AutoParts
-    for p in f.kernel.params:
-        if isinstance(p, AutoParts):
-            def value(e):
-                e = sp.sympify(e)
-                return int(e.subs({s: sizes[str(s)] for s in e.free_symbols}))
-            rule = runtime.AUTO_PARTS.format(t=tex.get_num_threads(), rows=value(p.rows),
-                                             length=value(p.length))
-            return eval(rule)                   # noqa: S307 - the runtime's own rule
-    return 1
+
+    def value(e):
+        e = sp.sympify(e)
+        return int(e.subs({s: sizes[str(s)] for s in e.free_symbols}))
+    parts = [eval(runtime.AUTO_PARTS.format(t=tex.get_num_threads(),   # noqa: S307 - the
+                                            rows=value(p.rows),        # runtime's own rule
+                                            length=value(p.length)))
+             for p in f.kernel.params if isinstance(p, AutoParts)]
+    return max(parts, default=1)
 
 
 @workload

@@ -78,6 +78,7 @@ RUNTIME_IR = r"""
 @tex_rt_start = internal global [{slots} x i64] zeroinitializer
 @tex_rt_home = internal global i64 -1
 @tex_rt_ncpus = global i64 0
+@tex_rt_hops = global i64 0
 @tex_rt_cpus = global [{slots} x i32] zeroinitializer
 
 declare i32 @pthread_mutex_init(ptr, ptr)
@@ -102,8 +103,6 @@ declare void @llvm.x86.sse2.pause()
 define internal ptr @tex_rt_worker(ptr %arg) {{
 entry:
   %seen = alloca i64
-  %placedp = alloca i64
-  store i64 -1, ptr %placedp
   %id = load i64, ptr %arg
   %startp = getelementptr i64, ptr @tex_rt_start, i64 %id
   %start = load i64, ptr %startp
@@ -153,11 +152,9 @@ join:
   atomicrmw add ptr @tex_rt_active, i64 1 monotonic
   %home = load i64, ptr @tex_rt_home
   call i32 @pthread_mutex_unlock(ptr @tex_rt_lock)
-  %placed = load i64, ptr %placedp
-  %moved = icmp ne i64 %home, %placed
-  br i1 %moved, label %place, label %work
+  %homed = icmp sge i64 %home, 0
+  br i1 %homed, label %place, label %work
 place:
-  store i64 %home, ptr %placedp
   call void @tex_rt_place(i64 %id, i64 %home)
   br label %work
 work:
@@ -177,14 +174,14 @@ unlock:
   br label %idle
 }}
 
-; pins the calling worker to the CPU `id` places after `home` (the caller's CPU) in the
-; process's CPU list, or lets it run anywhere again when home is -1
+; moves the calling worker to the CPU `id` places after `home` (the caller's CPU) in
+; the process's CPU list, if it runs elsewhere: pinned there, which migrates it, then
+; free again (pinned, it could not leave a core that a spinning thread shares with it
+; when the caller's core goes idle at the join)
 define internal void @tex_rt_place(i64 %id, i64 %home) {{
 entry:
   %mask = alloca [{mask_words} x i64]
-  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
   %n = load i64, ptr @tex_rt_ncpus
-  %anywhere = icmp slt i64 %home, 0
   br label %find
 find:
   %i = phi i64 [ 0, %entry ], [ %i.next, %find.next ]
@@ -194,32 +191,45 @@ find.body:
   %cp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %i
   %c = load i32, ptr %cp
   %c64 = sext i32 %c to i64
-  br i1 %anywhere, label %find.add, label %find.test
-find.add:
-  call void @tex_rt_mask_set(ptr %mask, i64 %c64)
-  br label %find.next
-find.test:
   %hit = icmp eq i64 %c64, %home
   br i1 %hit, label %found, label %find.next
 find.next:
   %i.next = add i64 %i, 1
   br label %find
 missing:
-  ; home is not among the CPUs listed at load (the affinity changed since): anywhere
-  br i1 %anywhere, label %apply, label %all
-all:
-  call void @tex_rt_place(i64 %id, i64 -1)
+  ; home is not among the CPUs listed at load (the affinity changed since)
   ret void
 found:
   %slot = add i64 %i, %id
   %wrapped = urem i64 %slot, %n
   %tp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %wrapped
   %target = load i32, ptr %tp
+  %now = call i32 @sched_getcpu()
+  %there = icmp eq i32 %now, %target
+  br i1 %there, label %stay, label %hop
+stay:
+  ret void
+hop:
+  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
   %target64 = sext i32 %target to i64
   call void @tex_rt_mask_set(ptr %mask, i64 %target64)
-  br label %apply
-apply:
   call i32 @sched_setaffinity(i32 0, i64 {mask_bytes}, ptr %mask)
+  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
+  br label %all
+all:
+  %k = phi i64 [ 0, %hop ], [ %k.next, %all.body ]
+  %again = icmp slt i64 %k, %n
+  br i1 %again, label %all.body, label %free
+all.body:
+  %ap = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %k
+  %a = load i32, ptr %ap
+  %a64 = sext i32 %a to i64
+  call void @tex_rt_mask_set(ptr %mask, i64 %a64)
+  %k.next = add i64 %k, 1
+  br label %all
+free:
+  call i32 @sched_setaffinity(i32 0, i64 {mask_bytes}, ptr %mask)
+  %hops = atomicrmw add ptr @tex_rt_hops, i64 1 monotonic
   ret void
 }}
 
@@ -421,16 +431,18 @@ class Runtime:
         self.arm = proto(self.addresses["tex_rt_arm"])
         self.interrupt = ctypes.c_int32.from_address(self.addresses["tex_rt_interrupt"])
         self.ncpus = ctypes.c_int64.from_address(engine.get_global_value_address("tex_rt_ncpus"))
+        # how many times a worker moved off its caller's CPU (a count for tests)
+        self.hops = ctypes.c_int64.from_address(engine.get_global_value_address("tex_rt_hops"))
         self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(
             engine.get_global_value_address("tex_rt_cpus"))
 
     def place_workers(self, enabled):
-        """Pin each worker of a team to its own CPU, counted from the caller's (or not).
-
-        The caller is never pinned; at each region a worker that finds the caller on
-        another CPU than last time moves. Why: with as many threads as cores, a busy core
-        (numpy's BLAS threads spin for ~0.1 s after each call) makes Linux put the caller
-        and its worker on the same core, where each runs half the time."""
+        """Move each worker of a team, as it joins a region, to its own CPU counted from
+        the caller's (or leave placement to the OS). Nothing stays pinned: a worker on
+        the wrong CPU is pinned to its own, which migrates it, then freed. Why: with as
+        many threads as cores and one core busy (numpy's BLAS threads spin for ~0.1 s
+        after each call), Linux put the caller and its worker on the same core, where
+        each ran half the time."""
         cpus = sorted(os.sched_getaffinity(0)) if enabled else []
         cpus = [c for c in cpus if c < MASK_BITS][:MAX_WORKERS + 1]
         for k, c in enumerate(cpus):

@@ -240,8 +240,8 @@ STREAM_ROWS = 4         # rows of B a pass over the output row adds (vector time
 
 
 def _auto_streamed_rows(stage):
-    """A vector times a matrix, C[.., j] = sum_k A[.., k] B[k, j] with few rows of A
-    (none, or fewer than a register tile's: what _auto_blocked leaves): the
+    """A vector times a matrix, C[.., j] = sum_k A[.., k] B[k, j] with no rows of A or
+    one (a size known to be 1: tex.einsum's operands of shape (1, K) are): the
     reduction is split into a call-time number of parts (four a thread when the rows
     are few), each part streams its block of B's rows, STREAM_ROWS rows at a time, into
     a register tile of the output row:
@@ -254,7 +254,10 @@ def _auto_streamed_rows(stage):
     B is read once, row after row (1 x 4096 @ 4096 x 4096 float32 on Zen 5: 2.7 ms on
     one thread as an axpy per row of B, which also gave the threads only the single
     row; 1.8 ms in this form, numpy 1.8-2.0; on 2 threads 1.0 ms, numpy 0.93). Float
-    sums only: integer ones keep their vector-accumulator strategy.
+    sums only: integer ones keep their vector-accumulator strategy. Not for a
+    symbolic number of rows: as the specialization for fewer rows than a register
+    tile it made every symbolic matmul's first compile 25% slower (1.40 -> 1.76 s), and
+    2 to 11 rows gain little (the generic order shares them among the threads).
     Returns whether the stage is done."""
     from .blocking import contraction_roles, full_tile_vectors
     d = stage.definition
@@ -269,9 +272,10 @@ def _auto_streamed_rows(stage):
     if len(reads) != 2 or len(matrix) != 1 or not prefers_reduction_outside(d):
         return False
     others = list(d.indices[:-1])
-    if others:                      # a matrix's few rows (the stage _auto_blocked left)
+    if others:                      # a matrix's one row (the stage _auto_blocked left)
         roles = contraction_roles(d)
-        if roles is None or roles.batch or roles.j is not j:
+        if roles is None or roles.batch or roles.j is not j or \
+                any(d.extents[x] != 1 for x in others):
             return False
     rows = sp.Integer(1)
     for x in others:

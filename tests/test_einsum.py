@@ -326,6 +326,18 @@ def test_which_dims_are_one_is_part_of_the_key(count_compiles):
     assert len(programs) >= 4 and len(set(programs)) == len(programs)
 
 
+def test_a_label_of_ones_has_extent_one(count_compiles):
+    """A label whose every dimension is 1 (a row vector's rows) is the constant 1 in the
+    kernel, which then gets the row vector's schedule; other patterns of 1s, called in
+    between through the same subscripts' fast path, get their own kernels."""
+    for shapes in [((1, 70), (70, 33)), ((5, 70), (70, 33)), ((1, 70), (70, 33)),
+                   ((1, 9), (9, 1)), ((4, 9), (9, 1))]:
+        check("ik,kj->ij", *arrays(*shapes))
+    first = count_compiles[0]
+    assert first.definitions[0].extents[first.definitions[0].indices[0]] == 1
+    assert "n_i" in repr(count_compiles[1])
+
+
 # ---------------------------------------------------------------- tex tensors: IR
 
 def test_tex_tensors_build_ir():

@@ -272,25 +272,30 @@ def test_narrow_tile_on_avx512_only():
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("m", [1, 2, 5])
-def test_vector_times_matrix_streams_rows_of_b_on_every_thread(m, dtype):
-    """Fewer rows than a register tile's (a row vector times a matrix): the reduction is
-    split into four parts a thread, each streaming its block of B's rows four at a time
-    into a register tile of the output row; K and N that neither four nor a vector
-    divides, 1 and 3 threads, a strided B."""
-    text = str(tex.schedule(matmul(dtype)).auto())
+def test_vector_times_matrix_streams_rows_of_b_on_every_thread(dtype):
+    """A row vector times a matrix (one row known at compile time, as tex.einsum's
+    (1, K) operands are, or none): the reduction is split into four parts a thread,
+    each streaming its block of B's rows four at a time into a register tile of the
+    output row; K and N that neither four nor a vector divides, 1 and 3 threads, a
+    strided B; a symbolic M of 1, 2 and 5 rows (the generic schedule) alike."""
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (1, K), dtype), tex.tensor("B", (K, N), dtype)
+    row = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    text = str(tex.schedule(row).auto())
     assert "C_part[" in text and re.search(r"kii\w* in 0\.\.4:  # unrolled", text)
     before = tex.get_num_threads()
-    rng = np.random.default_rng(m)
+    rng = np.random.default_rng(0)
     try:
         for threads in (1, 3):
             tex.set_num_threads(threads)
-            for n, k in [(16, 1), (17, 7), (63, 65), (65, 3), (1000, 1000), (130, 4099)]:
-                a, b = operands(rng, m, n, k, dtype)
-                check(kernel(dtype)(a, b), expected(a, b), k)
-                wide = rng.standard_normal((k, 2 * n)).astype(dtype)
-                check(kernel(dtype)(a, wide[:, 1::2]), expected(a, wide[:, 1::2]), k)
-                v = a[0]
-                check(tex.einsum("k,kj->j", v, b), v @ b, k)
+            for n, kk in [(16, 1), (17, 7), (63, 65), (65, 3), (1000, 1000), (130, 4099)]:
+                for m in (1, 2, 5):
+                    a, b = operands(rng, m, n, kk, dtype)
+                    check(tex.einsum("ik,kj->ij", a, b), expected(a, b), kk)
+                    check(kernel(dtype)(a, b), expected(a, b), kk)
+                    wide = rng.standard_normal((kk, 2 * n)).astype(dtype)
+                    check(tex.einsum("ik,kj->ij", a, wide[:, 1::2]),
+                          expected(a, wide[:, 1::2]), kk)
+                check(tex.einsum("k,kj->j", a[0], b), expected(a[:1], b)[0], kk)
     finally:
         tex.set_num_threads(before)

@@ -198,8 +198,8 @@ def resolve_labels(labels, specs):
     """Check the sizes of each label and decide broadcasting. Returns ({label: extent},
     each operand's dimension labels with None for a broadcast dimension, {label: a size
     for einsum_path}). A label's extent is a tex operand's dimension if there is one, else
-    a new size symbol n_<label>; its dimensions of size 1 are broadcast when another is
-    not 1."""
+    a new size symbol n_<label> (1 when all its dimensions are 1); its dimensions of size
+    1 are broadcast when another is not 1."""
     uses = collections.defaultdict(list)             # label -> [(operand, axis, dim)]
     for k, (term, spec) in enumerate(zip(labels, specs)):
         for axis, (label, d) in enumerate(zip(term, spec.shape)):
@@ -224,7 +224,10 @@ def resolve_labels(labels, specs):
         if large:
             broadcast |= {(k, axis) for k, axis, d in occurrences if d == 1}
         name = label if label[0] != "." else "e" + label[1:]
-        extents[label] = from_tex[0][2] if from_tex else sizes(f"n_{name}")
+        # a label whose every dimension is 1 has extent 1 (the kernel cache keeps the
+        # pattern of 1s apart): a row vector times a matrix then gets its own schedule
+        extents[label] = from_tex[0][2] if from_tex else sp.Integer(1) if not large else \
+            sizes(f"n_{name}")
         path_sizes[label] = int(numbers[0][2]) if numbers else 64 if large else 1
     dims = [tuple(None if (k, axis) in broadcast else label for axis, label in enumerate(term))
             for k, term in enumerate(labels)]

@@ -330,9 +330,13 @@ def test_a_label_of_ones_has_extent_one(count_compiles):
     """A label whose every dimension is 1 (a row vector's rows) is the constant 1 in the
     kernel, which then gets the row vector's schedule; other patterns of 1s, called in
     between through the same subscripts' fast path, get their own kernels."""
+    guards = []
     for shapes in [((1, 70), (70, 33)), ((5, 70), (70, 33)), ((1, 70), (70, 33)),
                    ((1, 9), (9, 1)), ((4, 9), (9, 1))]:
         check("uv,vw->uw", *arrays(*shapes))      # subscripts no other test compiles
+        guards.append(einsum_module._guards["uv,vw->uw"])
+    # the symbolic kernel's fast path refused the row vector: its own kernel ran again
+    assert guards[2] is guards[0] and guards[1] is not guards[0]
     first = count_compiles[0]
     assert first.definitions[0].extents[first.definitions[0].indices[0]] == 1
     assert "n_u" in repr(count_compiles[1])

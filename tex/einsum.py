@@ -28,8 +28,8 @@ are OR and products AND.
 Calls: a kernel is cached under (subscripts, dtype, casting, path, and per operand its
 dtype and which dimensions are 1, or its rank). The common call (ndarrays, default
 keywords, no out=) skips even that key: each subscripts string keeps a guard for its last
-kernel, which checks the operands' types and dtypes by identity and lets the kernel's own
-size checks refuse the rest (see _make_guard).
+kernel, which checks the operands' types and dtypes by identity and their patterns of 1s,
+and lets the kernel's own size checks refuse the rest (see _make_guard).
 """
 import collections
 import functools
@@ -49,7 +49,8 @@ from .program import Program
 from .tensor import Tensor, compute, tensor
 from .backends.llvm import warm
 from .backends.llvm.warm import Kernel as _Kernel
-from .backends.llvm.warm import make_guard as _make_guard, reordered as _reordered
+from .backends.llvm.warm import make_guard as _make_guard, ones_patterns as _ones_patterns, \
+    reordered as _reordered
 
 ELLIPSIS = "..."
 _LETTERS = frozenset(string.ascii_letters)
@@ -423,7 +424,8 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     else:
         program, tensors, _, _ = _build(subscripts, arrays, dtype, casting, optimize, "einsum")
         fn, perm = _compile_with_order(program, tensors)
-    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs])
+    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs],
+                        _ones_patterns(key))
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
     warm.record(key, entry)         # for the next process's warm start

@@ -81,14 +81,23 @@ def kernel_key(subscripts, arrays, dtype, casting, optimize):
     return tuple(key)
 
 
-def make_guard(fn, perm, scalar, dtypes_in):
+def ones_patterns(key):
+    """Each operand's pattern of 1s in kernel_key `key` (None: no dimension is 1)."""
+    return [p if isinstance(p, tuple) else None for p in key[5::2]]
+
+
+def make_guard(fn, perm, scalar, dtypes_in, ones):
     """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
-    kernel's dtype and the kernel accepts their shapes, else MISS. The kernel's own checks
-    make this safe: a shape whose pattern of 1s differs from the compiled one either gives
-    the same values or fails a size check (ShapeError), which sends the call to the
-    general path."""
+    kernel's dtype with the kernel's pattern of 1s (`ones`, from ones_patterns) and the
+    kernel accepts their shapes, else MISS. Another pattern of 1s has a kernel of its
+    own (a row vector's, where a label's dimensions are all 1), so the guard of a kernel
+    without 1s refuses shapes with one; the kernel's size checks refuse the rest
+    (ShapeError), which sends the call to the general path."""
     xs = [f"x{k}" for k in range(len(dtypes_in))]
-    test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k}" for k, x in enumerate(xs))
+    test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k} and " +
+                        (f"1 not in {x}.shape" if ones[k] is None else
+                         f"_ones({x}.shape) == _one{k}")
+                        for k, x in enumerate(xs))
     args = ", ".join(xs[p] for p in (perm or range(len(xs))))
     src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
            f"    if not rest and {test}:\n"
@@ -98,7 +107,9 @@ def make_guard(fn, perm, scalar, dtypes_in):
            f"            pass\n"
            f"    return _MISS\n")
     scope = {"fn": fn, "_nd": _ndarray, "_MISS": MISS, "ShapeError": ShapeError,
-             **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)}}
+             "_ones": lambda shape: tuple(d == 1 for d in shape),
+             **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)},
+             **{f"_one{k}": p for k, p in enumerate(ones)}}
     exec(compile(src, "<tex einsum guard>", "exec"), scope)
     return scope["guard"]
 
@@ -182,7 +193,7 @@ def _warm_entry(subscripts, operands):
         return _entries[key]
     entry = None
     if os.environ.get("TEX_BOUNDS_CHECK", "") in ("", "0"):
-        entry = _load(call_key(key))
+        entry = _load(call_key(key), key)
     remember(key, entry)
     return entry
 
@@ -241,8 +252,9 @@ def _describe(fn):
                      "interrupted": irtypes.STATUS_INTERRUPTED}}
 
 
-def _load(ckey):
-    """The Kernel a record on disk describes, or None (no record, or an object missing)."""
+def _load(ckey, key):
+    """The Kernel a record on disk describes, or None (no record, or an object missing).
+    `key`: its kernel_key."""
     from . import jit
     payload = jit.read_cached(ckey, "calls", check=_is_record)
     if payload is None:
@@ -256,7 +268,7 @@ def _load(ckey):
     perm = None if rec["perm"] is None else tuple(rec["perm"])
     dtypes_in = [np.dtype(s) for s in rec["dtypes_in"]]
     dtypes_in = [dt if dt.isnative else np.dtype(dt.type) for dt in dtypes_in]
-    guard = make_guard(fn, perm, rec["scalar"], dtypes_in)
+    guard = make_guard(fn, perm, rec["scalar"], dtypes_in, ones_patterns(key))
     STATS["loaded"] += 1
     return Kernel(fn, perm, np.dtype(rec["dtype"]), rec["scalar"],
                   tuple(map(tuple, rec["out_dims"])), guard)

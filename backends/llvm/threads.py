@@ -30,7 +30,9 @@ oversized team kills the process. This pool is small enough to own:
     tex_rt_interrupt                    the flag (i32): each kernel clears it on entry
                                         and its outer loops check it.
 
-Workers are created on demand (at most MAX_WORKERS). Between regions they spin for
+Workers are created on demand (at most MAX_WORKERS). A worker that joins a region on
+the caller's CPU (the caller's CPU is the team's `home`, read when the region opens) moves
+to a CPU of its own (`tex_rt_place`, Runtime.place_workers says why). Between regions they spin for
 SPIN_TICKS (a fraction of a millisecond: the next region of the same kernel, or the next
 call from a Python loop, finds them awake), then sleep on a condition variable, so they
 do not hold a core from numpy's BLAS threads for long (a pool that keeps spinning does,
@@ -52,7 +54,7 @@ SA_SIGINFO = 4
 # spin is short enough that numpy's BLAS threads, which spin far longer after each of
 # their calls, lose at most that much of a core.
 SPIN_TICKS = 1 << 19
-# the CPU numbers a worker can be pinned to (a cpu_set_t of glibc's default size)
+# the CPU numbers a worker can be placed on (a cpu_set_t of glibc's default size)
 MASK_BITS = 1024
 # the flags of the handler we replace that we keep (the others are the kernel's or
 # libc's business: SA_RESTORER is filled in by glibc)

@@ -299,3 +299,30 @@ def test_vector_times_matrix_streams_rows_of_b_on_every_thread(dtype):
                 check(tex.einsum("k,kj->j", a[0], b), expected(a[:1], b)[0], kk)
     finally:
         tex.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_column_sums_stream_rows_like_a_vector_times_a_matrix(dtype):
+    """sum over i of X[i, j] (and of a function of it) is a vector of ones times X: the
+    same streamed schedule, with sizes no tile divides, 1 and 3 threads, strided views."""
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), dtype)
+    colsum = tex.compute("S", (j,), tex.sum(X[i, j], over=i))
+    text = str(tex.schedule(colsum).auto())
+    assert "S_part[" in text and re.search(r"\w+ in 0\.\.4:  # unrolled", text)
+    f, g = tex.compile(colsum), tex.compile(tex.compute("E", (j,), tex.sum(tex.exp(X[i, j] / 4),
+                                                                            over=i)))
+    before = tex.get_num_threads()
+    rng = np.random.default_rng(3)
+    try:
+        for threads in (1, 3):
+            tex.set_num_threads(threads)
+            for m, n in [(1, 16), (7, 17), (65, 63), (1000, 65), (4099, 130), (3, 1000)]:
+                x = rng.standard_normal((m, 2 * n)).astype(dtype)
+                for view in (x[:, :n], x[:, 1::2]):
+                    want = view.astype(np.float64).sum(0).astype(dtype)
+                    check(f(view), want, m)
+                    check(tex.einsum("ij->j", view), want, m)
+                    check(g(view), np.exp(view.astype(np.float64) / 4).sum(0).astype(dtype), m)
+    finally:
+        tex.set_num_threads(before)

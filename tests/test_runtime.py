@@ -396,6 +396,30 @@ def test_a_worker_on_its_callers_cpu_moves_to_another(pin, tmp_path):
     assert free == "True"
 
 
+def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
+    """A process confined to one CPU before tex loads, asked for 2 threads: the team is
+    larger than the CPUs, so no worker is moved (nowhere to go), and results stay
+    right. In a child: it confines the process."""
+    import os
+    import subprocess
+    import sys
+    script = (
+        "import os, numpy as np\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import tex\n"
+        "from tex.backends.llvm import threads\n"
+        "tex.set_num_threads(2)\n"
+        "a = np.random.default_rng(0).standard_normal((300, 300))\n"
+        "for _ in range(5):\n"
+        "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, a), a @ a, rtol=1e-9)\n"
+        "print(threads.runtime().hops.value)\n")
+    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0"]
+
+
 def test_the_kernel_call_releases_the_gil():
     import ctypes
     g = gemm()

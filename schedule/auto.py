@@ -280,11 +280,9 @@ def _auto_streamed_rows(stage):
         if roles is None or roles.batch or roles.j is not j or \
                 any(d.extents[x] != 1 for x in others):
             return False
-    rows = sp.Integer(1)
-    for x in others:
-        rows = rows * d.extents[x]
     width = full_tile_vectors() * target().lanes(red.dtype)
-    ko, ki = stage.split_k(k, AutoParts(f"{d.name}_parts", rows, d.extents[k]))
+    # one row at most: the parts rule then gives each thread four parts of a long K
+    ko, ki = stage.split_k(k, AutoParts(f"{d.name}_parts", sp.Integer(1), d.extents[k]))
     kio, kii = stage.split(ki, STREAM_ROWS, tail="guard")
     jo, ji = stage.split(j, width, tail="guard")
     stage.reorder(ko, *others, kio, jo, kii, ji)

@@ -95,8 +95,7 @@ def statements(epi, at, result, fast_math, lanes=None):
         d = f.definition
         at_f = {x: at[r] for x, r in f.to_root.items()}
         red = d.reduction
-        value = _rebuilt(red.body if red is not None else d.expr, at_f, values, epi.buffers,
-                         epi.slices)
+        value = _rebuilt(d.element, at_f, values, epi.buffers, epi.slices)
         index = tuple(at_f[x] for x in d.indices)
         if red is None:
             values[d] = value

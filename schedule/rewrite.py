@@ -157,7 +157,7 @@ def _distribution(s, readers, program, fast_math):
         return None
     to_s = dict(zip(c.indices, read.index))        # C's output index -> S's index
     summed = [x for x in c.indices if to_s[x] in red.over]
-    body = c.expr if cred is None else cred.body
+    body = c.element
     if not summed or not (isinstance(body, Op) and body.name == "multiply" and
                           len(body.args) == 2):
         return None

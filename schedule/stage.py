@@ -138,7 +138,7 @@ def lower_stage(state, buffers, states=None):
     out_buf = buffers[d]
     out_index = tuple(state.subst[x] for x in d.indices)
     red = d.reduction
-    value = _retarget(red.body if red is not None else d.expr, buffers, state.subst)
+    value = _retarget(d.element, buffers, state.subst)
     value, inserts, padded = _local_tiles(state, value, buffers, states or {})
     if red is None:
         body = _nest(state.axes, _finish(state, out_buf, out_index, value), state.guards)
@@ -292,7 +292,7 @@ def _producer_over_box(pstate, box, local, buffers):
         if prefers_reduction_outside(d):
             last = state.axes[len(d.indices) - 1]
             state = state.with_axes([a for a in state.axes if a is not last] + [last])
-    value = _retarget(red.body if red is not None else d.expr, buffers, subst)
+    value = _retarget(d.element, buffers, subst)
     if red is None:
         return _nest(state.axes, [Store(local, tuple(e_vars), value)])
     return _reduction_nest(state, value, local, tuple(e_vars))

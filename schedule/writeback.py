@@ -85,17 +85,12 @@ def rows_rolled(state, back, last):
     epi = state.epilogue
     if epi is None or not any(isinstance(n, Op) and n.name in TRANSCENDENTAL
                               for f in epi.members
-                              for n in walk_expr(_body(f.definition))):
+                              for n in walk_expr(f.definition.element)):
         return None
     if not any(a.kind is LoopKind.UNROLLED and a is not last for a in back):
         return None
     return [replace(a, kind=LoopKind.SERIAL) if a.kind is LoopKind.UNROLLED and a is not last
             else a for a in back]
-
-
-def _body(definition):
-    red = definition.reduction
-    return red.body if red is not None else definition.expr
 
 
 def columns_outermost(back, last):

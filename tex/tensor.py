@@ -130,6 +130,13 @@ class Definition(Tensor):
     def reduction(self):
         return self.expr if isinstance(self.expr, Reduce) else None
 
+    @property
+    def element(self):
+        """The expression of one element's value: the reduction's body (what it
+        combines), or the elementwise expression."""
+        red = self.reduction
+        return red.body if red is not None else self.expr
+
     def reads(self):
         """The tensors this definition reads, in order of first use."""
         seen = {}

@@ -76,15 +76,27 @@ class Target:
 def host():
     """The machine this process runs on (read once)."""
     if not _host:
-        import llvmlite.binding as llvm
-        llvm.initialize_native_target()
-        _host.append(Target(llvm.get_host_cpu_name(),
-                            llvm.get_host_cpu_features().flatten(),
-                            tuple(sorted(_cache_sizes().items())), _cores()))
+        cpu, features = (_probe[0] if _probe else llvm_host_cpu)()
+        _host.append(Target(cpu, features, tuple(sorted(_cache_sizes().items())), _cores()))
     return _host[0]
 
 
+def llvm_host_cpu():
+    """(CPU name, features) of this host, as LLVM reports them."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+def use_host_probe(probe):
+    """Let the backend answer `host()`'s question -- () -> (CPU name, features), LLVM's
+    own answer, but remembered on disk (backends/llvm/jit.py's host_facts) so that a
+    warm start need not load LLVM to ask it."""
+    _probe[:] = [probe]
+
+
 _host = []
+_probe = []
 _local = threading.local()
 
 

@@ -70,9 +70,11 @@ def finish_child(proc):
 
 
 def cache_files(cache):
-    """The kernel entries (not the folder's key, nor the thread runtime's object)."""
+    """The kernel entries (not the folder's key, the thread runtime's object, nor the
+    host's facts)."""
     return sorted(p for p in pathlib.Path(cache).rglob("*")
-                  if p.is_file() and p.parent.name != "runtime" and p.name != ".key")
+                  if p.is_file() and p.parent.name not in ("runtime", "host")
+                  and p.name != ".key")
 
 
 @pytest.fixture

@@ -98,3 +98,27 @@ def test_every_named_cpu_compiles():
         assert cpu in CPU_FEATURES
         with overriding(named(cpu)):
             assert "define" in tex.compile(S).llvm_ir
+
+
+def test_the_host_remembered_on_disk_is_what_llvm_says(tmp_path, monkeypatch):
+    """jit.host_facts keeps LLVM's answer under the host's signature (CPU identity and
+    flags, llvmlite build): a process that finds it is told exactly what LLVM would
+    say; another signature (another CPU, another llvmlite) is another entry."""
+    from tex.backends.llvm import jit
+    from tex.scheduler.target import llvm_host_cpu
+    monkeypatch.setenv("TEX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_facts", [])
+    asked = []
+    real = jit._ask_llvm
+    monkeypatch.setattr(jit, "_ask_llvm", lambda: asked.append(1) or real())
+    first = jit.host_facts()
+    assert asked == [1] and list(first[:2]) == list(llvm_host_cpu())
+    assert len(list((tmp_path / "host").glob("*.o"))) == 1
+    jit._facts.clear()
+    assert jit.host_facts() == first and asked == [1]          # from disk
+    signature = jit._host_signature()
+    assert "flags" in signature and first[0] not in ("", None)
+    monkeypatch.setattr(jit, "_host_signature", lambda: signature + "\nflags : other")
+    jit._facts.clear()
+    assert jit.host_facts() == first and asked == [1, 1]       # asked again
+    assert len(list((tmp_path / "host").glob("*.o"))) == 2

@@ -1,14 +1,18 @@
 """From LLVM IR text to a callable address: optimize, emit an object, cache it, load it.
 
 Every kernel takes one path: key -> (memory | disk cache | IR -> O3 + codegen) ->
-object bytes -> an MCJIT engine of its own -> function address. The key covers
-everything that changes the machine code: the kernel's loop nest (its structure_key
-text, from which code generation is deterministic, so a cached kernel never generates
-IR), the entry symbol and fast-math flag, the code generator's own source, the llvmlite
-and LLVM versions, and the host CPU name and features.
+object bytes -> an image of its own (elf.py, tex's loader) -> function address. The key
+covers everything that changes the machine code: the kernel's loop nest (its
+structure_key text, from which code generation is deterministic, so a cached kernel
+never generates IR), the entry symbol and fast-math flag, the code generator's own
+source, the llvmlite and LLVM versions, and the target CPU name and features.
 
-In memory, the engines of the most recently used TEX_KERNEL_CACHE_SIZE kernels (default
-512) are kept; an evicted engine is freed once no compiled function uses it.
+llvmlite is imported only to compile (and, once per machine, to ask LLVM what the host
+CPU is: `host_facts` keeps its answer in the disk cache), so a process whose kernels are
+all on disk never loads it.
+
+In memory, the images of the most recently used TEX_KERNEL_CACHE_SIZE kernels (default
+512) are kept; an evicted image is unmapped once no compiled function uses it.
 
 Optimization runs in this process for the first IN_PROCESS_COMPILES modules, then in a
 compiler child process (compile_worker.py, restarted every MAX_COMPILES modules):
@@ -32,18 +36,18 @@ import collections
 import hashlib
 import hmac
 import importlib.util
+import json
 import os
 import stat
 import struct
 import sys
-import tempfile
 import threading
 import warnings
 
 import llvmlite
-import llvmlite.binding as llvm
 
-from . import compile_worker
+from . import elf
+from ...scheduler import target as targets
 from ...scheduler.target import target as current_target
 
 CODEGEN_VERSION = "tex-codegen-3"
@@ -69,11 +73,11 @@ MAGIC = b"TEXOBJ2\n"
 DIGEST_BYTES = 32
 STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt"
 _lock = threading.RLock()
-_memory = collections.OrderedDict()  # key -> (engine, address), least recently used first
+_memory = collections.OrderedDict()  # key -> (image, address), least recently used first
 
 
 def kernel_cache_size():
-    """How many kernels' engines the memory cache keeps (TEX_KERNEL_CACHE_SIZE, default
+    """How many kernels' images the memory cache keeps (TEX_KERNEL_CACHE_SIZE, default
     512); a value that is not a positive integer gets a warning and the default."""
     text = os.environ.get("TEX_KERNEL_CACHE_SIZE")
     if text is None:
@@ -89,15 +93,22 @@ def kernel_cache_size():
     return 512
 
 
+def _llvm():
+    """llvmlite's bindings, imported on first use (27 ms): compiling needs them, running
+    a cached kernel does not."""
+    import llvmlite.binding as llvm
+    return llvm
+
+
 class Machine:
     """LLVM's side of a Target (scheduler/target.py): the process triple, a target
     machine for the target's CPU and features, its data layout. One per target."""
     _machines = {}
 
     def __init__(self, target):
+        llvm = _llvm()
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        _load_libm()
         self.target = target
         self.cpu, self.features = target.cpu, target.features
         self.triple = llvm.get_process_triple()
@@ -125,28 +136,84 @@ class Machine:
 
     @property
     def fingerprint(self):
-        return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
-                         ".".join(map(str, llvm.llvm_version_info)), self.cpu, self.features])
+        return fingerprint(self.target)
 
 
 Host = Machine          # the name tex's benchmarks and older code use
 
 
-def _load_libm():
-    """expf, tanhf, erf...: libm's symbols, for the kernels that call them."""
-    if not _libm:
-        path = "libm.so.6"          # glibc's soname: no `ldconfig -p` run to find it
-        try:
-            llvm.load_library_permanently(path)
-        except RuntimeError:
-            import ctypes.util
-            path = ctypes.util.find_library("m")
-            if path:
-                llvm.load_library_permanently(path)
-        _libm.append(path)
+def fingerprint(target=None):
+    """What, besides a kernel's own text, decides its machine code: the code generator's
+    version and source, llvmlite's and LLVM's versions, the target CPU and features
+    (default the current target)."""
+    t = target or current_target()
+    return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
+                     host_facts()[2], t.cpu, t.features])
 
 
-_libm = []
+# ---------------------------------------------------------------- the host, remembered
+
+HOST_VERSION = "tex-host-1"
+
+
+def _host_signature():
+    """What decides LLVM's answer about the host, read without LLVM: the CPU's identity
+    and flags as Linux reports them (/proc/cpuinfo's first processor) and the llvmlite
+    build (its version, and the size and time of its library). None where either is
+    unavailable (then LLVM is asked every time)."""
+    lib = os.path.join(os.path.dirname(llvmlite.__file__), "binding", "libllvmlite.so")
+    keep = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    try:
+        st = os.stat(lib)
+        lines = []
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break
+                if line.split(":")[0].strip() in keep:
+                    lines.append(line.strip())
+    except OSError:
+        return None
+    if not any(line.startswith("flags") for line in lines):
+        return None
+    return "\n".join([HOST_VERSION, llvmlite.__version__, lib, str(st.st_size),
+                      str(st.st_mtime_ns)] + lines)
+
+
+def _is_host_record(payload):
+    try:
+        facts = json.loads(payload)
+        return isinstance(facts, list) and len(facts) == 3 and all(
+            isinstance(f, str) for f in facts)
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+def _ask_llvm():
+    cpu, features = targets.llvm_host_cpu()
+    return [cpu, features, ".".join(map(str, _llvm().llvm_version_info))]
+
+
+def host_facts():
+    """(host CPU name, its features, LLVM's version), as llvmlite reports them. The
+    answer is kept in the disk cache under the host's signature (`_host_signature`), so
+    that a process running cached kernels need not load llvmlite to learn it."""
+    if not _facts:
+        signature = _host_signature()
+        key = signature and hashlib.sha256(signature.encode()).hexdigest()
+        payload = key and read_cached(key, "host", check=_is_host_record)
+        if payload:
+            facts = json.loads(payload)
+        else:
+            facts = _ask_llvm()
+            if key:
+                write_cached(key, json.dumps(facts).encode(), kind="host")
+        _facts.append(tuple(facts))
+    return _facts[0]
+
+
+_facts = []
+targets.use_host_probe(lambda: host_facts()[:2])
 
 
 def cache_dir():
@@ -159,14 +226,14 @@ def cache_dir():
 
 def cache_key(text):
     """The cache key of a kernel described by `text` (see the module docstring)."""
-    host = Machine.get()
-    return hashlib.sha256((host.fingerprint + "\n" + text).encode()).hexdigest()
+    return hashlib.sha256((fingerprint() + "\n" + text).encode()).hexdigest()
 
 
 def optimized_module(ir_text):
     """Parse, verify and optimize at O3 in this process (compile_worker.optimize)."""
+    from . import compile_worker
     host = Machine.get()
-    return compile_worker.optimize(llvm, host.machine, ir_text)
+    return compile_worker.optimize(_llvm(), host.machine, ir_text)
 
 
 class CompileError(RuntimeError):
@@ -182,6 +249,9 @@ class CompilerProcess:
 
     def __init__(self, machine):
         import subprocess              # imported here: a warm start never starts one
+        import tempfile
+        from . import compile_worker
+        self.worker = compile_worker
         self.errors = tempfile.TemporaryFile()
         self.cpu, self.features = machine.cpu, machine.features
         self.proc = subprocess.Popen(
@@ -192,8 +262,8 @@ class CompilerProcess:
     def request(self, kind, ir_text):
         self.compiles += 1
         try:
-            compile_worker.write_frame(self.proc.stdin, kind + ir_text.encode())
-            reply = compile_worker.read_frame(self.proc.stdout)
+            self.worker.write_frame(self.proc.stdin, kind + ir_text.encode())
+            reply = self.worker.read_frame(self.proc.stdout)
         except OSError:
             reply = None
         if reply is None:
@@ -333,6 +403,7 @@ def _secret(folder):
             if st.st_uid != os.getuid() or st.st_mode & 0o077 or len(key) != 32:
                 return _distrust(folder, "its key file is not private to this user")
             return key
+        import tempfile              # here: a warm start writes nothing
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".key-")
         try:
             with os.fdopen(fd, "wb") as f:
@@ -410,6 +481,7 @@ def write_cached(key, obj, kind="kernel"):
     tmp = None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        import tempfile
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(obj)) + _digest(secret, key, obj) + obj)
@@ -427,7 +499,8 @@ def write_cached(key, obj, kind="kernel"):
 def load(text, symbol, make_ir=None, kind="kernel"):
     """The address of `symbol` in the kernel described by `text`, compiling only on a
     cache miss: `make_ir()` gives the LLVM IR then (default: `text` is the IR).
-    Returns (address, engine); keep the engine alive as long as the address is used.
+    Returns (address, image); keep the image (elf.Image) alive as long as the address
+    is used.
     Kernels are kept in the bounded memory cache; other kinds (the thread runtime)
     are not."""
     return load_key(cache_key(text), symbol, make_ir or (lambda: text), kind)
@@ -456,23 +529,14 @@ def load_key(key, symbol, make_ir=None, kind="kernel"):
             write_cached(key, obj, kind)
         elif kind == "kernel":
             STATS["disk_hits"] += 1
-        engine = _engine()
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
-        address = engine.get_function_address(symbol)
-        if not address:
-            raise RuntimeError(f"tex: symbol {symbol} missing from its compiled object")
+        image = elf.Image(obj)
+        try:
+            address = image.address(symbol)
+        except KeyError:
+            raise RuntimeError(f"tex: symbol {symbol} missing from its compiled object") \
+                from None
         if kind == "kernel":
-            _memory[key] = (engine, address)
+            _memory[key] = (image, address)
             while len(_memory) > kernel_cache_size():
-                _memory.popitem(last=False)      # freed when no compiled function uses it
-        return address, engine
-
-
-def _engine():
-    host = Machine.get()
-    empty = llvm.parse_assembly("")
-    empty.triple = host.triple
-    # an engine takes ownership of its target machine and frees it when it is disposed:
-    # give each engine its own, never the shared host.machine (use after free, double free)
-    return llvm.create_mcjit_compiler(empty, host.new_machine())
+                _memory.popitem(last=False)      # unmapped when no compiled function uses it
+        return address, image

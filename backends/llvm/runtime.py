@@ -97,12 +97,13 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
             f"{codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
     key = jit.cache_key(text)
-    address, engine = jit.load_key(key, symbol, make_ir)
-    compiled = CompiledFunction(program, kernel, make_ir, symbol, address, engine)
+    address, image = jit.load_key(key, symbol, make_ir)
+    compiled = CompiledFunction(program, kernel, make_ir, symbol, address, image)
     compiled.casting = compiled._sig.casting = casting
     compiled._sig.object_key = key          # what backends/llvm/warm.py records for a warm start
     if bounds_check:
-        compiled._sig.bounds = (fast_math, engine.get_global_value_address(f"{symbol}.bounds"))
+        # a kernel without loops has no record (and cannot go out of bounds): 0
+        compiled._sig.bounds = (fast_math, image.symbols.get(f"{symbol}.bounds", 0))
     return compiled
 
 
@@ -126,14 +127,14 @@ def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_c
 
 class Signature:
     """What a compiled function's call path and its error paths need: the program, the
-    loop nest, the entry point, and the engine whose code it runs (referenced here so
+    loop nest, the entry point, and the image whose code it runs (referenced here so
     that the code lives as long as any holder of the call path; never the
     CompiledFunction itself, which would make a reference cycle that only the garbage
     collector frees -- and with it the JIT memory)."""
 
-    def __init__(self, program, kernel, symbol, address, engine):
+    def __init__(self, program, kernel, symbol, address, image):
         self.program, self.kernel, self.symbol = program, kernel, symbol
-        self.engine = engine
+        self.image = image
         n_arrays = len(kernel.inputs) + len(kernel.outputs)
         proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
                                                   + [ctypes.c_int64] * (len(kernel.params) + 1)))
@@ -148,10 +149,10 @@ class CompiledFunction:
     """A compiled program. Call it with the inputs (by position, in order of first use,
     or by name), call-time parameters by keyword and optionally `out=`."""
 
-    def __init__(self, program, kernel, make_ir, symbol, address, engine):
+    def __init__(self, program, kernel, make_ir, symbol, address, image):
         self.program, self.kernel = program, kernel
         self._make_ir, self.symbol = make_ir, symbol
-        self._sig = Signature(program, kernel, symbol, address, engine)
+        self._sig = Signature(program, kernel, symbol, address, image)
         self._sig.owner = weakref.ref(self)
         self._cfunc = self._sig.cfunc
         self._asm = None

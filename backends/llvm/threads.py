@@ -422,21 +422,20 @@ EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm")
 
 
 class Runtime:
-    """The loaded runtime: its engine (kept alive for the process) and entry points."""
+    """The loaded runtime: its image (kept mapped for the process) and entry points."""
 
-    def __init__(self, engine):
-        self.engine = engine
-        self.addresses = {name: engine.get_function_address(name) for name in EXPORTS}
-        self.addresses["tex_rt_interrupt"] = engine.get_global_value_address("tex_rt_interrupt")
+    def __init__(self, image):
+        self.image = image
+        self.addresses = {name: image.address(name) for name in EXPORTS + ("tex_rt_interrupt",)}
         proto = ctypes.CFUNCTYPE(None)
         self.reset = proto(self.addresses["tex_rt_reset"])
         self.arm = proto(self.addresses["tex_rt_arm"])
         self.interrupt = ctypes.c_int32.from_address(self.addresses["tex_rt_interrupt"])
-        self.ncpus = ctypes.c_int64.from_address(engine.get_global_value_address("tex_rt_ncpus"))
+        self.ncpus = ctypes.c_int64.from_address(image.address("tex_rt_ncpus"))
         # how many times a worker moved off its caller's CPU (a count for tests)
-        self.hops = ctypes.c_int64.from_address(engine.get_global_value_address("tex_rt_hops"))
+        self.hops = ctypes.c_int64.from_address(image.address("tex_rt_hops"))
         self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(
-            engine.get_global_value_address("tex_rt_cpus"))
+            image.address("tex_rt_cpus"))
 
     def place_workers(self, enabled):
         """Move each worker of a team, as it joins a region, to its own CPU counted from
@@ -463,16 +462,16 @@ def runtime():
         return _runtime[0]
     with _lock:
         if not _runtime:
-            import llvmlite.binding as llvm
             from ...scheduler.target import host, overriding
-            from . import jit
+            from . import elf, jit
             # always for the host: the runtime is shared by every kernel of the process,
             # whatever target a kernel was compiled for (TEX_CPU, overriding)
             with overriding(host()):
-                _, engine = jit.load(RUNTIME_IR, "tex_rt_parallel", kind="runtime")
-            rt = Runtime(engine)
+                _, image = jit.load(RUNTIME_IR, "tex_rt_parallel", kind="runtime")
+            image.keep()
+            rt = Runtime(image)
             for name, address in rt.addresses.items():
-                llvm.add_symbol(name, address)
+                elf.define(name, address)
             rt.reset()
             rt.place_workers(os.environ.get("TEX_PIN_THREADS", "1") != "0")
             # the workers are not copied into a forked child: it starts a pool of its own

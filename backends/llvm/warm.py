@@ -177,7 +177,7 @@ def call_key(key):
     from ...scheduler.target import target
     if not _SOURCE:
         _SOURCE.append(source_hash(_package_folders()))
-    parts = [RECORD_VERSION, _SOURCE[0], jit.Machine.get().fingerprint, repr(target()),
+    parts = [RECORD_VERSION, _SOURCE[0], jit.fingerprint(), repr(target()),
              np.__version__, sys.version.split()[0],
              repr(tuple(k.str if isinstance(k, np.dtype) else k for k in key))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
@@ -298,7 +298,7 @@ def _call_path(c):
     loaded = jit.load_key(c["object"], c["symbol"])
     if loaded is None:
         return None
-    address, engine = loaded
+    address, image = loaded
     proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * c["arrays"]
                                                + [ctypes.c_int64] * c["ints"]))
     interrupted = c["interrupted"]
@@ -310,7 +310,7 @@ def _call_path(c):
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
-         "_engine": engine}
+         "_image": image}
     for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
                  "_dim_error"):
         g[name] = _fallback

@@ -1,0 +1,211 @@
+"""Load an x86-64 ELF relocatable object (what LLVM emits for a kernel) into executable
+memory: tex's own loader, so that running a cached kernel needs neither llvmlite nor a
+system linker (a warm start of a new process loads llvmlite's 27 ms of bindings for
+nothing else).
+
+Objects are emitted for the large code model with static relocations (jit.py's target
+machine), so code reaches everything -- its constants, the thread runtime, libc and
+libm -- through 64-bit absolute addresses: R_X86_64_64. The loader also handles the
+PC-relative forms (PC32, PLT32, PC64) whose targets lie in the same image, and refuses
+anything else with LoadError rather than run code it did not relocate.
+
+An image is one anonymous mapping: executable sections, then read-only ones, then
+writable ones (data, bss), each group page-aligned; relocations are applied to a copy
+in Python memory, the copy goes into the mapping, and the mapping's pages get their
+final protections (code read+execute, never writable and executable at once). Unwind
+tables (.eh_frame) are not loaded: nothing unwinds through a kernel. The mapping is
+unmapped when the Image is garbage-collected (not at exit, and never the thread
+runtime's: `keep`); whoever calls its code keeps it alive.
+"""
+import ctypes
+import mmap
+import struct
+import sys
+
+PAGE = mmap.PAGESIZE
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 1, 2, 4
+SHT_PROGBITS, SHT_SYMTAB, SHT_RELA, SHT_NOBITS = 1, 2, 4, 8
+SHN_UNDEF, SHN_ABS, SHN_COMMON = 0, 0xFFF1, 0xFFF2
+R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_PC64 = 1, 2, 4, 24
+SKIPPED = (".eh_frame", ".note.GNU-stack")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_mmap = _libc.mmap
+_mmap.restype = ctypes.c_void_p
+_mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                  ctypes.c_long]
+_mprotect = _libc.mprotect
+_mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_munmap = _libc.munmap
+_munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class LoadError(RuntimeError):
+    """An object tex cannot load: not the kind LLVM emits for tex, or a symbol that
+    nothing in this process defines."""
+
+
+_defined = {}        # symbols other images export to later ones (the thread runtime's)
+_libraries = []      # libc and the rest of the process, then libm: for undefined symbols
+
+
+def define(name, address):
+    """Make `name` resolve to `address` in every image loaded from now on."""
+    _defined[name] = address
+
+
+def _external(name):
+    """The address of a symbol that no image defines: the process's own (libc, libm)."""
+    if name in _defined:
+        return _defined[name]
+    if not _libraries:
+        _libraries.append(_libc)
+        try:
+            _libraries.append(ctypes.CDLL("libm.so.6"))
+        except OSError:
+            from ctypes import util
+            path = util.find_library("m")
+            if path:
+                _libraries.append(ctypes.CDLL(path))
+    for lib in _libraries:
+        try:
+            address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+        except AttributeError:
+            continue
+        _defined[name] = address
+        return address
+    raise LoadError(f"tex: a compiled kernel needs the symbol {name!r}, which this "
+                    "process does not define")
+
+
+def _round(n, align):
+    return (n + align - 1) // align * align
+
+
+class Image:
+    """An object file loaded and relocated; `address(name)` of its global symbols."""
+
+    def __init__(self, obj):
+        self.size, self.base, self.symbols, self.kept = 0, None, {}, False
+        try:
+            self._load(bytes(obj))
+        except (struct.error, IndexError, ValueError) as err:
+            raise LoadError(f"tex: a damaged object file ({err})") from None
+
+    def address(self, name):
+        """The address of the global symbol `name`; KeyError if the image lacks it."""
+        return self.symbols[name]
+
+    def _load(self, obj):
+        (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+        shnum, shstrndx = struct.unpack_from("<HH", obj, 0x3C)
+        sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k)
+                    for k in range(shnum)]
+        for _, sh_type, _, _, offset, length, _, _, _, _ in sections:
+            if sh_type != SHT_NOBITS and offset + length > len(obj):
+                raise ValueError("a section extends past the end of the file")
+        names_at = sections[shstrndx][4]
+
+        def name(table_offset, at):
+            start = table_offset + at
+            return obj[start:obj.index(b"\0", start)].decode()
+
+        # layout: (flags group, index) -> offset in the image
+        groups = ([], [], [])        # executable, read-only, writable
+        for k, (sh_name, sh_type, flags, _, _, _, _, _, _, _) in enumerate(sections):
+            if flags & SHF_ALLOC and name(names_at, sh_name) not in SKIPPED:
+                if sh_type not in (SHT_PROGBITS, SHT_NOBITS):
+                    raise LoadError(f"tex: an object section of type {sh_type:#x} "
+                                    f"({name(names_at, sh_name)})")
+                groups[0 if flags & SHF_EXECINSTR else 2 if flags & SHF_WRITE else 1].append(k)
+        offsets, spans, size = {}, [], 0
+        for prot, group in zip((mmap.PROT_READ | mmap.PROT_EXEC, mmap.PROT_READ,
+                                mmap.PROT_READ | mmap.PROT_WRITE), groups):
+            start = size
+            for k in group:
+                size = _round(size, max(sections[k][8], 1))
+                offsets[k] = size
+                size += sections[k][5]
+            size = _round(size, PAGE)
+            if size > start:
+                spans.append((start, size - start, prot))
+        size = max(size, PAGE)
+        base = _mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+        if base in (None, MAP_FAILED):
+            raise MemoryError(f"tex: cannot map {size} bytes for a kernel "
+                              f"(errno {ctypes.get_errno()})")
+        self.base, self.size = base, size
+        image = bytearray(size)
+        for k, at in offsets.items():
+            _, sh_type, _, _, offset, length, _, _, _, _ = sections[k]
+            if sh_type == SHT_PROGBITS:
+                image[at:at + length] = obj[offset:offset + length]
+
+        values = self._symbols(obj, sections, offsets, name)
+        for sh_name, sh_type, _, _, offset, length, _, info, _, _ in sections:
+            if sh_type == SHT_RELA and info in offsets:
+                self._relocate(image, obj[offset:offset + length], offsets[info],
+                               sections[info][5], values)
+        ctypes.memmove(base, (ctypes.c_char * size).from_buffer(image), size)
+        for start, length, prot in spans:
+            if _mprotect(base + start, length, prot) != 0:
+                raise OSError(ctypes.get_errno(), "tex: mprotect of a kernel's pages failed")
+
+    def _symbols(self, obj, sections, offsets, name):
+        """Every symbol's address (by symbol index); the globals into self.symbols."""
+        values = []
+        for sh_name, sh_type, _, _, offset, length, link, _, _, _ in sections:
+            if sh_type != SHT_SYMTAB:
+                continue
+            strings = sections[link][4]
+            for st_name, info, _, shndx, value, _ in struct.iter_unpack(
+                    "<IBBHQQ", obj[offset:offset + length]):
+                bind = info >> 4
+                if shndx == SHN_UNDEF:
+                    values.append(_external(name(strings, st_name)) if st_name else 0)
+                elif shndx == SHN_ABS:
+                    values.append(value)
+                elif shndx == SHN_COMMON or shndx >= 0xFF00:
+                    raise LoadError(f"tex: a symbol in special section {shndx:#x}")
+                elif shndx in offsets:
+                    values.append(self.base + offsets[shndx] + value)
+                    if bind and st_name:          # global or weak
+                        self.symbols[name(strings, st_name)] = values[-1]
+                else:
+                    values.append(None)           # in a section not loaded (.eh_frame)
+        return values
+
+    def _relocate(self, image, table, section_at, section_size, values):
+        base = self.base
+        for offset, info, addend in struct.iter_unpack("<QQq", table):
+            if offset + 8 > section_size:
+                raise ValueError("a relocation outside its section")
+            kind, symbol = info & 0xFFFFFFFF, info >> 32
+            target = values[symbol]
+            if target is None:
+                raise LoadError("tex: a relocation against a section that is not loaded")
+            at = section_at + offset
+            if kind == R_X86_64_64:
+                struct.pack_into("<Q", image, at, (target + addend) & 0xFFFFFFFFFFFFFFFF)
+            elif kind == R_X86_64_PC64:
+                struct.pack_into("<q", image, at, target + addend - (base + at))
+            elif kind in (R_X86_64_PC32, R_X86_64_PLT32):
+                delta = target + addend - (base + at)
+                if not -2 ** 31 <= delta < 2 ** 31:
+                    raise LoadError("tex: a 32-bit relative reference out of range")
+                struct.pack_into("<i", image, at, delta)
+            else:
+                raise LoadError(f"tex: relocation type {kind} is not one tex loads")
+
+    def keep(self):
+        """Never unmap this image (the thread runtime: its workers park in its code)."""
+        self.kept = True
+
+    def __del__(self, _munmap=_munmap, finalizing=sys.is_finalizing):
+        # not at exit: the process's memory goes with it, and a thread may still be
+        # inside the code
+        if self.base is not None and not self.kept and not finalizing():
+            _munmap(self.base, self.size)
+            self.base = None

@@ -1,0 +1,139 @@
+"""tex's object loader (backends/llvm/elf.py), which every kernel of the suite runs
+through: here what the rest of the suite does not reach -- page protections, unmapping,
+a missing symbol, a relocation it does not know, a damaged file -- on objects LLVM
+compiles for the test."""
+import ctypes
+import gc
+import struct
+
+import pytest
+
+from tex.backends.llvm import elf, jit
+
+# a writable global (bss), a read-only constant table, a call into libm and one into
+# the image's own code
+IR = r"""
+@counter = global i64 0
+@table = private unnamed_addr constant [4 x double] [double 1.5, double 2.5, double 3.5, double 4.5]
+declare double @cos(double)
+
+define internal double @twice(double %x) noinline {
+  %y = fmul double %x, 2.0
+  ret double %y
+}
+
+define double @probe(i64 %k) {
+  %p = getelementptr [4 x double], [4 x double]* @table, i64 0, i64 %k
+  %t = load double, double* %p
+  %c = call double @cos(double 0.0)
+  %s = fadd double %t, %c
+  %r = call double @twice(double %s)
+  %n = load i64, i64* @counter
+  %n1 = add i64 %n, 1
+  store i64 %n1, i64* @counter
+  ret double %r
+}
+"""
+
+
+def obj_of(ir_text):
+    return jit.Machine.get().machine.emit_object(jit.optimized_module(ir_text))
+
+
+def mappings():
+    """[(start, end, permissions)] of this process's memory map."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            span, perms = line.split()[:2]
+            start, end = (int(x, 16) for x in span.split("-"))
+            out.append((start, end, perms))
+    return out
+
+
+def perms_at(address):
+    return next(p for s, e, p in mappings() if s <= address < e)
+
+
+@pytest.fixture(scope="module")
+def probe_object():
+    return obj_of(IR)
+
+
+def test_an_image_runs_its_code_reads_its_constants_and_keeps_its_data(probe_object):
+    image = elf.Image(probe_object)
+    probe = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64)(image.address("probe"))
+    assert [probe(k) for k in range(4)] == [5.0, 7.0, 9.0, 11.0]   # 2 (table[k] + cos 0)
+    assert ctypes.c_int64.from_address(image.address("counter")).value == 4
+    assert "twice" not in image.symbols and "table" not in image.symbols   # not exported
+    with pytest.raises(KeyError):
+        image.address("no_such_symbol")
+
+
+def test_code_is_never_writable_and_data_never_executable(probe_object):
+    image = elf.Image(probe_object)
+    code, data = perms_at(image.address("probe")), perms_at(image.address("counter"))
+    assert code.startswith("r-x"), code
+    assert data.startswith("rw-"), data
+    span = [p for s, e, p in mappings() if image.base <= s < image.base + image.size]
+    assert span and not any("w" in p and "x" in p for p in span), span
+
+
+def test_an_image_is_unmapped_when_dropped(probe_object):
+    image = elf.Image(probe_object)
+    base = image.base
+    assert any(s <= base < e for s, e, _ in mappings())
+    del image
+    gc.collect()
+    assert not any(s <= base < e for s, e, _ in mappings())
+
+
+def test_two_images_of_one_object_have_their_own_data(probe_object):
+    a, b = elf.Image(probe_object), elf.Image(probe_object)
+    fa = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64)(a.address("probe"))
+    fa(0)
+    fa(1)
+    assert ctypes.c_int64.from_address(a.address("counter")).value == 2
+    assert ctypes.c_int64.from_address(b.address("counter")).value == 0
+
+
+def test_a_symbol_nothing_defines_is_named():
+    obj = obj_of("declare void @tex_test_undefined_thing()\n"
+                 "define void @f() {\n  call void @tex_test_undefined_thing()\n  ret void\n}\n")
+    with pytest.raises(elf.LoadError, match="tex_test_undefined_thing"):
+        elf.Image(obj)
+    elf.define("tex_test_undefined_thing", ctypes.cast(
+        ctypes.CFUNCTYPE(None)(lambda: None), ctypes.c_void_p).value)
+    try:
+        assert elf.Image(obj).address("f")
+    finally:
+        del elf._defined["tex_test_undefined_thing"]
+
+
+def relocations(obj):
+    """[(file offset of the entry, type)] of every relocation of `obj`."""
+    (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+    (shnum,) = struct.unpack_from("<H", obj, 0x3C)
+    out = []
+    for k in range(shnum):
+        sh = struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k)
+        if sh[1] == elf.SHT_RELA:
+            for r in range(sh[5] // 24):
+                at = sh[4] + 24 * r
+                out.append((at, struct.unpack_from("<Q", obj, at + 8)[0] & 0xFFFFFFFF))
+    return out
+
+
+def test_a_relocation_it_does_not_know_is_refused(probe_object):
+    obj = bytearray(probe_object)
+    at, kind = relocations(probe_object)[0]
+    assert kind == elf.R_X86_64_64
+    struct.pack_into("<I", obj, at + 8, 42)          # R_X86_64_GOTPCRELX, say
+    with pytest.raises(elf.LoadError, match="relocation type 42"):
+        elf.Image(bytes(obj))
+
+
+@pytest.mark.parametrize("cut", [64, 1000, -100])
+def test_a_damaged_object_is_an_error_not_a_crash(probe_object, cut):
+    with pytest.raises(elf.LoadError):
+        elf.Image(probe_object[:cut])

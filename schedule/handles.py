@@ -217,9 +217,9 @@ class StageHandle:
             body, own, taken = [], body, []
             for spec in self.specializations:
                 cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
-                body.append(Guard(cond, nest(spec.state)))
+                body.append(Guard(cond, nest(spec.state), choice=spec.name))
                 taken.append(spec.condition)
-            body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own))
+            body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own, choice=self.name))
         note = None
         if epilogue is not None:
             from .epilogue import around, check_races, describe

@@ -94,6 +94,9 @@ class Guard(Node):
     cond: sp.Basic
     body: tuple
     note: str = None            # why the guard is there, when a pass made it ("whole tile")
+    choice: str = None          # the schedule it selects, when it is a stage's choice among
+    #                             its specializations (C#1, ..., C for its own); a choice's
+    #                             condition is on sizes and parameters only
 
 
 @dataclass(frozen=True, eq=False)
@@ -268,7 +271,7 @@ def structure_key(kernel):
             out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
                        f"{sym(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
         elif isinstance(n, Guard):
-            out.append(f"{pad}guard {sym(n.cond)} {n.note}")
+            out.append(f"{pad}guard {sym(n.cond)} {n.note} {n.choice}")
         elif isinstance(n, Allocate):
             out.append(f"{pad}allocate {buf(n.buffer)}")
         elif isinstance(n, Store):

@@ -326,3 +326,40 @@ def test_column_sums_stream_rows_like_a_vector_times_a_matrix(dtype):
                     check(g(view), np.exp(view.astype(np.float64) / 4).sum(0).astype(dtype), m)
     finally:
         tex.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dtype):
+    """compile(..., sizes=) (tex.einsum's first compile) builds only the specialization
+    those sizes run; a call that needs another gets STATUS_DEFERRED before anything is
+    computed, builds it, and runs: correct results, into out= too, misaligned inputs
+    too, and each choice is built once."""
+    from tex.backends.llvm import codegen, runtime
+    f = runtime.compile(matmul(dtype), sizes={M: 256, N: 256, K: 256})
+    n_choices = len(codegen.choices(f.kernel))
+    assert n_choices >= 3
+    assert len(f._sig.built.deferred) == n_choices - 1       # the full-tile one built
+    rng = np.random.default_rng(7)
+    seen = [f._sig.built.deferred]
+    for m, n, k in [(256, 256, 256), (63, 7, 65), (2, 1000, 3), (1000, 7, 1), (65, 65, 65),
+                    (1, 1, 1), (63, 7, 65)]:
+        a, b = operands(rng, m, n, k, dtype)
+        out = np.full((m, n), np.nan, dtype)
+        f(a, b, out=out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4)
+        raw = np.empty(a.nbytes + 1, np.uint8)[1:].view(dtype).reshape(a.shape)  # misaligned
+        raw[...] = a
+        np.testing.assert_allclose(f(raw, b), a @ b, rtol=1e-4, atol=1e-4)
+        if f._sig.built.deferred != seen[-1]:
+            assert f._sig.built.deferred < seen[-1]             # only ever grows
+            seen.append(f._sig.built.deferred)
+    assert len(seen) <= n_choices
+    full = runtime.compile(matmul(dtype))
+    assert not full._sig.built.deferred                       # without sizes: everything
+
+
+def test_a_deferred_choice_is_left_out_of_the_code():
+    from tex.backends.llvm import runtime
+    lazy = runtime.compile(matmul("float32"), sizes={M: 2, N: 3, K: 5})
+    full = runtime.compile(matmul("float32"))
+    assert len(lazy.llvm_ir) < len(full.llvm_ir) / 2

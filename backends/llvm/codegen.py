@@ -29,7 +29,8 @@ from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Sta
 from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
 from .entry import emit_entry
-from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DETAIL_SHIFT, STATUS_OK, Builder,
+from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DEFERRED, STATUS_DETAIL_SHIFT,
+                      STATUS_OK, Builder,
                       OpContext, const, declare, floor_div, memory_type, self_referential)
 from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better, increasing_better
@@ -69,12 +70,14 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
     fn, b, eb, env, memory, temps, status, fail_block = map(_scope_field, (
         "fn", "b", "eb", "env", "memory", "temps", "status", "fail_block"))
 
-    def __init__(self, kernel, name, fast_math=True, bounds_check=False):
+    def __init__(self, kernel, name, fast_math=True, bounds_check=False, deferred=()):
         if bounds_check:        # every access checked one element at a time
             kernel = map_nest(kernel, scalar_loops)
         # the vector plan of loops that have none (a nest built or changed by hand)
         kernel = plan_vectors(kernel, fast_math)
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
+        # the choices (by number) whose nests this build leaves out
+        self.deferred = {id(g): n for n, g in enumerate(choices(kernel)) if n in deferred}
         self.bounds_check = bounds_check
         self.checks = []         # BoundsCheck of each checked access, by number
         self.stage = None        # the definition whose statements are being emitted
@@ -129,6 +132,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             self.memory[buf] = (ptr, strides)
         for s in list(k.sizes) + list(k.params) + [NTHREADS]:
             self.env[s] = next(args)
+        # a call that needs a nest left out returns before anything is computed
+        for guard in choices(k):
+            if id(guard) in self.deferred:
+                self.fail_if(self.condition(guard.cond), STATUS_DEFERRED, self.deferred[id(guard)])
         self._listen_for_interrupts()
         scoped = {id(n.buffer) for n in walk(k) if isinstance(n, Allocate)}
         for buf in self.buffers:
@@ -176,6 +183,8 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         elif isinstance(s, Loop):
             self._loop(s)
         elif isinstance(s, Guard):
+            if id(s) in self.deferred:          # never reached: the entry returned
+                return
             with self.b.if_then(self.condition(s.cond)):
                 for c in s.body:
                     self._stmt(c)
@@ -454,10 +463,18 @@ def settings():
     return f"register_bits={target().vector_bits} vnni={vectorize.USE_VNNI}"
 
 
-def build(kernel, name, fast_math=True, bounds_check=False):
-    """Kernel -> llvmlite.ir.Module with entry point `name`."""
+def choices(kernel):
+    """The guards that choose among a stage's specializations (Guard.choice), in the
+    order of the nest: their numbers are what `deferred` and STATUS_DEFERRED name."""
+    return [n for n in walk(kernel) if isinstance(n, Guard) and n.choice is not None]
+
+
+def build(kernel, name, fast_math=True, bounds_check=False, deferred=()):
+    """Kernel -> llvmlite.ir.Module with entry point `name`; the choices numbered in
+    `deferred` (see `choices`) are left out: a call that needs one returns
+    STATUS_DEFERRED before computing anything."""
     assert isinstance(kernel, Kernel)
-    return Codegen(kernel, name, fast_math, bounds_check).build()
+    return Codegen(kernel, name, fast_math, bounds_check, deferred).build()
 
 
 def bounds_checks(kernel, name, fast_math=True):

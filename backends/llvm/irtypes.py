@@ -12,9 +12,11 @@ PTR = ir.PointerType()
 FAST = ("reassoc", "contract", "nsz")
 # A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),
 # NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
-# (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access).
+# (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access),
+# DEFERRED (detail: the number of a choice among specializations that this build left
+# out and the call needs; returned before anything is computed: Python builds it, retries).
 STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
-    STATUS_OUT_OF_BOUNDS = range(6)
+    STATUS_OUT_OF_BOUNDS, STATUS_DEFERRED = range(7)
 STATUS_DETAIL_SHIFT = 8
 NTHREADS = sp.Symbol("tex_num_threads")   # the body's last argument: threads to use
 

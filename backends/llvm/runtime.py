@@ -10,6 +10,7 @@ Python on that path; everything slow (coercion, copies for overlapping `out=`,
 misaligned views, error messages) lives in helpers that run only when needed.
 """
 import builtins
+import collections
 import ctypes
 import operator
 import os
@@ -44,7 +45,8 @@ from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
 
 
-def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True):
+def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True,
+            sizes=None):
     """Compile a schedule, a definition, a tuple of definitions or a Program.
 
     `fuse=False` (with a definition or program) compiles each definition in a nest of its
@@ -58,7 +60,10 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     `casting` is numpy's rule for an input array whose dtype differs from its tensor's
     ("safe": only conversions that keep every value; "same_kind" also rounds float64 to
     float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
-    in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule."""
+    in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
+
+    `sizes` ({Size: value}: the first call's, when the caller knows them, as tex.einsum
+    does) builds first only the specializations such a call runs (compile_kernel)."""
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
                          f"not {casting!r}")
@@ -77,34 +82,63 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     if bounds_check is None:
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
     f = compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check),
-                       casting)
+                       casting, sizes)
     f._rebuild = (sched.source, sched.fast_math, tuple(sched.history), fast_math, name,
                   bool(bounds_check), casting)
     return f
 
 
 def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False,
-                   casting="safe"):
-    """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`."""
+                   casting="safe", sizes=None):
+    """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`.
+
+    `sizes` ({Size: value}, the sizes of the call about to be made, as tex.einsum knows
+    them) builds only the nests of the stages' specializations that such a call takes;
+    a later call that needs another gets it built then (`Signature.build_choice`).
+    Without `sizes` every nest is built."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
+    deferred = frozenset() if sizes is None else _not_taken(kernel, sizes)
+    built = _build(kernel, symbol, fast_math, bounds_check, deferred)
+    compiled = CompiledFunction(program, kernel, built)
+    compiled.casting = compiled._sig.casting = casting
+    return compiled
+
+
+def _not_taken(kernel, sizes):
+    """The numbers of the choices (codegen.choices) whose conditions do not hold at
+    `sizes`; a condition that `sizes` does not decide (a call-time parameter) counts as
+    taken."""
+    out = set()
+    for n, guard in enumerate(codegen.choices(kernel)):
+        if sp.sympify(guard.cond).subs(sizes) is sp.false:
+            out.add(n)
+    return frozenset(out)
+
+
+# A kernel's machine code: its address, the image holding it, its cache key, its IR
+# (a function: generated on first use), the address of its bounds record (0 without),
+# the choices it left out, and what built it.
+Built = collections.namedtuple(
+    "Built", "address image key make_ir bounds deferred kernel symbol fast_math bounds_check")
+
+
+def _build(kernel, symbol, fast_math, bounds_check, deferred):
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
 
     def make_ir():
         if not ir_text:
-            ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check)))
+            ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check,
+                                             deferred)))
         return ir_text[0]
     text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
-            f"{codegen.settings()}\n{structure_key(kernel)}")
+            f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
     key = jit.cache_key(text)
     address, image = jit.load_key(key, symbol, make_ir)
-    compiled = CompiledFunction(program, kernel, make_ir, symbol, address, image)
-    compiled.casting = compiled._sig.casting = casting
-    compiled._sig.object_key = key          # what backends/llvm/warm.py records for a warm start
-    if bounds_check:
-        # a kernel without loops has no record (and cannot go out of bounds): 0
-        compiled._sig.bounds = (fast_math, image.symbols.get(f"{symbol}.bounds", 0))
-    return compiled
+    # a kernel without loops has no bounds record (and cannot go out of bounds): 0
+    bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
+    return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,
+                 bounds_check)
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -132,30 +166,45 @@ class Signature:
     CompiledFunction itself, which would make a reference cycle that only the garbage
     collector frees -- and with it the JIT memory)."""
 
-    def __init__(self, program, kernel, symbol, address, image):
-        self.program, self.kernel, self.symbol = program, kernel, symbol
-        self.image = image
+    def __init__(self, program, built):
+        kernel = built.kernel
+        self.program, self.kernel, self.symbol = program, kernel, built.symbol
         n_arrays = len(kernel.inputs) + len(kernel.outputs)
-        proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                  + [ctypes.c_int64] * (len(kernel.params) + 1)))
-        self.cfunc = proto(address)
+        self.proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
+                                                       + [ctypes.c_int64] * (len(kernel.params) + 1)))
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
-        self.bounds = None       # bounds_check kernels: (fast_math, address of the record)
         self.casting = "safe"    # numpy's casting rule for inputs of another dtype
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)
+        self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
+        self.use(built)
+
+    def use(self, built):
+        """Run `built`'s code from now on."""
+        self.built, self.image = built, built.image
+        self.cfunc = self.proto(built.address)
+        self.object_key = built.key          # what backends/llvm/warm.py records
+        # bounds_check kernels: (fast_math, address of the record)
+        self.bounds = (built.fast_math, built.bounds) if built.bounds_check else None
+        if self.scope is not None:
+            self.scope["_cfunc"] = self.cfunc
+
+    def build_choice(self, number):
+        """Build the kernel again with the left-out choice `number` (a call needs it:
+        STATUS_DEFERRED) and run that from now on."""
+        b = self.built
+        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check,
+                        b.deferred - {number}))
 
 
 class CompiledFunction:
     """A compiled program. Call it with the inputs (by position, in order of first use,
     or by name), call-time parameters by keyword and optionally `out=`."""
 
-    def __init__(self, program, kernel, make_ir, symbol, address, image):
-        self.program, self.kernel = program, kernel
-        self._make_ir, self.symbol = make_ir, symbol
-        self._sig = Signature(program, kernel, symbol, address, image)
+    def __init__(self, program, kernel, built):
+        self.program, self.kernel, self.symbol = program, kernel, built.symbol
+        self._sig = Signature(program, built)
         self._sig.owner = weakref.ref(self)
-        self._cfunc = self._sig.cfunc
-        self._asm = None
+        self._asm = None         # (the build's key, its assembly) once f.asm is read
         self.input_names = tuple(t.name for t in program.inputs)
         self.param_names = self._sig.param_names
         self._call = _make_caller(self._sig)
@@ -183,7 +232,7 @@ class CompiledFunction:
     @property
     def llvm_ir(self):
         """The kernel's LLVM IR (generated on first use when it came from the cache)."""
-        return self._make_ir()
+        return self._sig.built.make_ir()
 
     @property
     def loop_nest(self):
@@ -191,9 +240,14 @@ class CompiledFunction:
 
     @property
     def asm(self):
-        if self._asm is None:
-            self._asm = jit.assembly(self.llvm_ir)
-        return self._asm
+        key = self._sig.built.key
+        if self._asm is None or self._asm[0] != key:
+            self._asm = (key, jit.assembly(self.llvm_ir))
+        return self._asm[1]
+
+    @property
+    def _cfunc(self):
+        return self._sig.cfunc
 
     @property
     def buffers(self):
@@ -279,7 +333,7 @@ def _make_caller(sig):
                          f"parameters and from 'out': {sorted(clash) or argnames}")
     names = {s: f"_z_{s}" for s in program.sizes}
     names.update({p: f"_p_{p}" for p in kernel.params})
-    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": sig.cfunc,
+    g = sig.scope = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": sig.cfunc,
          "_coerce": _coerce, "_ShapeError": ShapeError, "_param": _param,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_sig": sig, "_rank_error": _rank_error, "_dim_error": _dim_error,
@@ -526,6 +580,10 @@ def _status(sig, status, inputs, targets, params):
         raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
     if code == irtypes.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
         raise IndexError(_bounds_message(sig, detail))
+    if code == irtypes.STATUS_DEFERRED:
+        sig.build_choice(detail)
+        st = sig.cfunc(*inputs, *targets, *params)
+        return _status(sig, st, inputs, targets, params) if st else None
     if code in (irtypes.STATUS_NOMEM, irtypes.STATUS_TOO_LARGE):
         what = _describe_buffer(sig, detail - 1, inputs, params)
         if code == irtypes.STATUS_NOMEM:
@@ -537,10 +595,10 @@ def _status(sig, status, inputs, targets, params):
     ins = [np.array(a, copy=True) for a in inputs]
     outs = [np.empty(t.shape, t.dtype) for t in targets]
     st = sig.cfunc(*ins, *outs, *params)
-    if st:
-        if st & 0xFF != irtypes.STATUS_MISALIGNED:
-            return _status(sig, st, ins, outs, params)
+    if st & 0xFF == irtypes.STATUS_MISALIGNED:
         raise RuntimeError(f"{sig.symbol}: kernel returned status {st} on aligned copies")
+    if st:
+        _status(sig, st, ins, outs, params)    # raises, or ran a choice it had to build
     for t, o in zip(targets, outs):
         np.copyto(t, o)
 

@@ -40,6 +40,7 @@ _ndarray = np.ndarray
 _entries = collections.OrderedDict()   # call key -> Kernel (or None: no record on disk)
 _guards = {}                    # subscripts -> the guard of its last kernel
 _full = []                      # tex/einsum.py's general path, once imported
+_loaded_keys = set()            # kernel keys whose records this process loaded
 
 # A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
 # the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
@@ -183,6 +184,11 @@ def call_key(key):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def recorded(key):
+    """Whether this process loaded a record for einsum's kernel key `key`."""
+    return key in _loaded_keys
+
+
 def _warm_entry(subscripts, operands):
     """The Kernel of these operands from this process or a record on disk, or None."""
     for a in operands:
@@ -270,6 +276,7 @@ def _load(ckey, key):
     dtypes_in = [dt if dt.isnative else np.dtype(dt.type) for dt in dtypes_in]
     guard = make_guard(fn, perm, rec["scalar"], dtypes_in, ones_patterns(key))
     STATS["loaded"] += 1
+    _loaded_keys.add(key)
     return Kernel(fn, perm, np.dtype(rec["dtype"]), rec["scalar"],
                   tuple(map(tuple, rec["out_dims"])), guard)
 

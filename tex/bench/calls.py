@@ -45,26 +45,38 @@ def call_overhead_compiled_8(opts):
 
 
 # The child times `import tex` (numpy already loaded) and the first einsum call, which
-# compiles the kernel or loads it from TEX_CACHE_DIR, then checks the product against
-# numpy's. 64x64 keeps the run itself negligible.
+# compiles the kernel or loads it from TEX_CACHE_DIR, then checks the result against
+# numpy.einsum. Small sizes keep the run itself negligible.
 _FIRST_CALL = """
-import time, numpy as np
+import sys, time, numpy as np
+spec, shapes = sys.argv[1], eval(sys.argv[2])
+rng = np.random.default_rng(0)
+ops = [rng.standard_normal(s).astype(np.float32) for s in shapes]
 t0 = time.perf_counter()
 import tex
 t1 = time.perf_counter()
-a = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
-c = tex.einsum("ik,kj->ij", a, a)
+c = tex.einsum(spec, *ops)
 t2 = time.perf_counter()
-assert np.allclose(c, a @ a, rtol=1e-4, atol=1e-4), "tex.einsum disagrees with a @ a"
+assert np.allclose(c, np.einsum(spec, *ops), rtol=1e-4, atol=1e-4), "tex.einsum disagrees"
 print(t1 - t0, t2 - t1)
 """
 
+# issue 13's kinds of first call (its goals on a 2-core Zen 3: 50, 80, 200, 400 ms cold;
+# 15 ms warm), and a batched product
+FIRST_CALLS = {
+    "elementwise": ("ij,ij->ij", [(256, 256), (256, 256)]),
+    "row_reduction": ("ij->i", [(256, 256)]),
+    "matmul": ("ik,kj->ij", [(256, 256), (256, 256)]),
+    "three_operand": ("ij,jk,kl->il", [(64, 48), (48, 32), (32, 40)]),
+    "batched": ("bij,bjk->bik", [(8, 64, 64), (8, 64, 64)]),
+}
 
-def _fresh_process_first_call(cache_dir):
+
+def _fresh_process_first_call(cache_dir, spec="ik,kj->ij", shapes=((64, 64), (64, 64))):
     """(import seconds, first-call seconds) in a new interpreter using `cache_dir`."""
     env = dict(os.environ, TEX_CACHE_DIR=cache_dir)
-    proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CALL, spec, repr(list(shapes))],
+                          env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         err = proc.stderr.strip()
         raise RuntimeError(f"child process failed: {err.splitlines()[-1] if err else ''}"
@@ -79,22 +91,49 @@ def _first_call_result(runs):
                   extra={"import_ms": 1e3 * statistics.median(r[0] for r in runs)})
 
 
-@workload
-def compile_cold_matmul_f32(opts):
-    """First tex.einsum("ik,kj->ij") float32 call in a new process with an empty kernel
-    cache: parsing, lowering, LLVM O3 and codegen. `import_ms` is `import tex` alone."""
+def _cold(spec, shapes, opts):
     runs = []
     for _ in range(opts.repeat):
         with tempfile.TemporaryDirectory(prefix="tex-bench-cache-") as cache:
-            runs.append(_fresh_process_first_call(cache))
+            runs.append(_fresh_process_first_call(cache, spec, shapes))
     return _first_call_result(runs)
+
+
+def _warm(spec, shapes, opts):
+    with tempfile.TemporaryDirectory(prefix="tex-bench-cache-") as cache:
+        _fresh_process_first_call(cache, spec, shapes)
+        runs = [_fresh_process_first_call(cache, spec, shapes) for _ in range(opts.repeat)]
+    return _first_call_result(runs)
+
+
+def _first_call_workloads():
+    for kind, (spec, shapes) in FIRST_CALLS.items():
+        dims = " and ".join("x".join(map(str, s)) for s in shapes)
+        cold = partial(_cold, spec, shapes)
+        cold.__name__ = f"compile_cold_{kind}_f32"
+        cold.__doc__ = (f"First tex.einsum({spec!r}) call on float32 {dims} in a new process "
+                        "with an empty kernel cache: scheduling, IR, LLVM O3, codegen "
+                        "(and the sympy and llvmlite imports it needs). `import_ms` is "
+                        "`import tex` alone.")
+        warm = partial(_warm, spec, shapes)
+        warm.__name__ = f"compile_warm_disk_{kind}_f32"
+        warm.__doc__ = (f"The same first call of {spec!r} in a new process whose kernel "
+                        "cache on disk already holds it (filled by one untimed process).")
+        workload(cold)
+        workload(warm)
+
+
+_first_call_workloads()
 
 
 @workload
-def compile_warm_disk_matmul_f32(opts):
-    """The same first call in a new process whose kernel cache on disk already holds the
-    kernel (filled by one untimed process first)."""
-    with tempfile.TemporaryDirectory(prefix="tex-bench-cache-") as cache:
-        _fresh_process_first_call(cache)
-        runs = [_fresh_process_first_call(cache) for _ in range(opts.repeat)]
-    return _first_call_result(runs)
+def import_tex(opts):
+    """`import tex` in a new process, beyond `import numpy` (issue 13's goal: 150 ms on a
+    2-core Zen 3)."""
+    code = "import time, numpy; t = time.perf_counter(); import tex; print(time.perf_counter() - t)"
+    runs = []
+    for _ in range(opts.repeat):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True)
+        runs.append(float(proc.stdout.split()[-1]))
+    return Result("ms", tex_s=statistics.median(runs), tex_threads=tex.get_num_threads())

@@ -8,6 +8,7 @@ import struct
 
 import pytest
 
+from isolate import in_child
 from tex.backends.llvm import elf, jit
 
 # a writable global (bss), a read-only constant table, a call into libm and one into
@@ -60,6 +61,7 @@ def probe_object():
     return obj_of(IR)
 
 
+@in_child          # runs loaded code: a loader bug crashes the child, not pytest
 def test_an_image_runs_its_code_reads_its_constants_and_keeps_its_data(probe_object):
     image = elf.Image(probe_object)
     probe = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64)(image.address("probe"))
@@ -88,6 +90,7 @@ def test_an_image_is_unmapped_when_dropped(probe_object):
     assert not any(s <= base < e for s, e, _ in mappings())
 
 
+@in_child
 def test_two_images_of_one_object_have_their_own_data(probe_object):
     a, b = elf.Image(probe_object), elf.Image(probe_object)
     fa = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_int64)(a.address("probe"))
@@ -137,3 +140,20 @@ def test_a_relocation_it_does_not_know_is_refused(probe_object):
 def test_a_damaged_object_is_an_error_not_a_crash(probe_object, cut):
     with pytest.raises(elf.LoadError):
         elf.Image(probe_object[:cut])
+
+
+def test_thread_local_data_is_refused():
+    obj = obj_of("@t = thread_local global i64 0\n"
+                 "define i64 @f() {\n  %v = load i64, i64* @t\n  ret i64 %v\n}\n")
+    with pytest.raises(elf.LoadError, match="section"):
+        elf.Image(obj)
+
+
+@in_child
+def test_a_weak_reference_nothing_defines_is_null():
+    obj = obj_of("declare extern_weak i64 @tex_test_weak_thing()\n"
+                 "define i1 @has() {\n"
+                 "  %c = icmp ne i64 ()* @tex_test_weak_thing, null\n  ret i1 %c\n}\n")
+    image = elf.Image(obj)        # kept: its code is unmapped with it
+    has = ctypes.CFUNCTYPE(ctypes.c_bool)(image.address("has"))
+    assert has() is False

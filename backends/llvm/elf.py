@@ -23,7 +23,8 @@ import struct
 import sys
 
 PAGE = mmap.PAGESIZE
-SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR = 1, 2, 4
+SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 1, 2, 4, 0x400
+STB_WEAK = 2
 SHT_PROGBITS, SHT_SYMTAB, SHT_RELA, SHT_NOBITS = 1, 2, 4, 8
 SHN_UNDEF, SHN_ABS, SHN_COMMON = 0, 0xFFF1, 0xFFF2
 R_X86_64_64, R_X86_64_PC32, R_X86_64_PLT32, R_X86_64_PC64 = 1, 2, 4, 24
@@ -55,8 +56,9 @@ def define(name, address):
     _defined[name] = address
 
 
-def _external(name):
-    """The address of a symbol that no image defines: the process's own (libc, libm)."""
+def _external(name, weak=False):
+    """The address of a symbol that no image defines: the process's own (libc, libm);
+    0 for a weak reference that nothing defines."""
     if name in _defined:
         return _defined[name]
     if not _libraries:
@@ -75,6 +77,8 @@ def _external(name):
             continue
         _defined[name] = address
         return address
+    if weak:
+        return 0
     raise LoadError(f"tex: a compiled kernel needs the symbol {name!r}, which this "
                     "process does not define")
 
@@ -115,7 +119,7 @@ class Image:
         groups = ([], [], [])        # executable, read-only, writable
         for k, (sh_name, sh_type, flags, _, _, _, _, _, _, _) in enumerate(sections):
             if flags & SHF_ALLOC and name(names_at, sh_name) not in SKIPPED:
-                if sh_type not in (SHT_PROGBITS, SHT_NOBITS):
+                if sh_type not in (SHT_PROGBITS, SHT_NOBITS) or flags & SHF_TLS:
                     raise LoadError(f"tex: an object section of type {sh_type:#x} "
                                     f"({name(names_at, sh_name)})")
                 groups[0 if flags & SHF_EXECINSTR else 2 if flags & SHF_WRITE else 1].append(k)
@@ -164,7 +168,8 @@ class Image:
                     "<IBBHQQ", obj[offset:offset + length]):
                 bind = info >> 4
                 if shndx == SHN_UNDEF:
-                    values.append(_external(name(strings, st_name)) if st_name else 0)
+                    values.append(_external(name(strings, st_name), bind == STB_WEAK)
+                                  if st_name else 0)
                 elif shndx == SHN_ABS:
                     values.append(value)
                 elif shndx == SHN_COMMON or shndx >= 0xFF00:

@@ -430,7 +430,7 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     else:
         program, tensors, _, _ = _build(subscripts, arrays, dtype, casting, optimize, "einsum")
         sizes = {d: n for t, a in zip(tensors, arrays) for d, n in zip(t.shape, a.shape)
-                 if isinstance(d, sp.Symbol)} if lazy else None
+                 if isinstance(d, sp.Symbol)} if lazy else "every"
         fn, perm = _compile_with_order(program, tensors, sizes)
     guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs],
                         _ones_patterns(key))
@@ -453,7 +453,7 @@ def _remember(cache, key, entry):
 def _compile_with_order(program, tensors, sizes):
     """(the compiled program's call path, the operands' order in its signature, or None
     when it is theirs). `sizes`: the call's ({Size: value}), whose specializations are
-    built first."""
+    built first ("every": all of them)."""
     position = {t: k for k, t in enumerate(tensors)}
     perm = tuple(position[t] for t in program.inputs)
     compiled = compile_program(program, sizes)
@@ -467,7 +467,7 @@ _steps = {}         # a contraction step's canonical form -> (call path, operand
 def _chain(plan, arrays):
     """`run(*operands, out=None)`: the contraction path of `plan`, a step at a time
     (`arrays`: the operands of the call it is compiled for, or None: build every
-    specialization)."""
+    specialization now)."""
     label_sizes = None if arrays is None else {
         lb: n for a, d in zip(arrays, plan.dims) for lb, n in zip(d, a.shape) if lb is not None}
     terms = [(d, True, s.dtype) for s, d in zip(plan.specs, plan.dims)]
@@ -518,8 +518,9 @@ def _step_kernel(picked, keep, result, out_dtype, label_sizes):
         program = Program(_contract("einsum", [(t, labels, is_op) for t, (labels, is_op, _)
                                                in zip(tensors, canon)],
                                     out_labels, result, out_dtype))
-        fn, perm = _compile_with_order(program, tensors, None if label_sizes is None else {
-            size[c]: label_sizes[lb] for lb, c in rename.items() if lb in label_sizes})
+        step_sizes = "every" if label_sizes is None else {
+            size[c]: label_sizes[lb] for lb, c in rename.items() if lb in label_sizes}
+        fn, perm = _compile_with_order(program, tensors, step_sizes)
         hit = fn if perm is None else _reordered(fn, perm)
         _remember(_steps, key, hit)
     return hit, order, kept

@@ -62,8 +62,10 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
     in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
 
-    `sizes` ({Size: value}: the first call's, when the caller knows them, as tex.einsum
-    does) builds first only the specializations such a call runs (compile_kernel)."""
+    A kernel whose stages have specializations (the auto schedule of a matmul has four
+    nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
+    the caller knows that call's sizes (tex.einsum), else at the first call itself (see
+    compile_kernel); `sizes=EVERY` builds every nest now."""
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
                          f"not {casting!r}")
@@ -92,16 +94,26 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
                    casting="safe", sizes=None):
     """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`.
 
-    `sizes` ({Size: value}, the sizes of the call about to be made, as tex.einsum knows
-    them) builds only the nests of the stages' specializations that such a call takes;
-    a later call that needs another gets it built then (`Signature.build_choice`).
-    Without `sizes` every nest is built."""
+    Of the nests among which stages choose by size (codegen.choices: specializations),
+    it builds those a call at `sizes` ({Size: value}) runs; without `sizes`, none (a
+    dispatch that returns STATUS_DEFERRED); with EVERY, all. A call that needs a nest
+    left out has the kernel built again with it (`Signature.build_choice`), and
+    reading `f.llvm_ir` or `f.asm` builds every nest first, so they show the whole
+    kernel."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
-    deferred = frozenset() if sizes is None else _not_taken(kernel, sizes)
+    if isinstance(sizes, str) and sizes == EVERY:
+        deferred = frozenset()
+    elif sizes is None:
+        deferred = frozenset(range(len(codegen.choices(kernel))))
+    else:
+        deferred = _not_taken(kernel, sizes)
     built = _build(kernel, symbol, fast_math, bounds_check, deferred)
     compiled = CompiledFunction(program, kernel, built)
     compiled.casting = compiled._sig.casting = casting
     return compiled
+
+
+EVERY = "every"         # compile_kernel(sizes=EVERY): build every nest at once
 
 
 def _not_taken(kernel, sizes):
@@ -191,9 +203,16 @@ class Signature:
     def build_choice(self, number):
         """Build the kernel again with the left-out choice `number` (a call needs it:
         STATUS_DEFERRED) and run that from now on."""
+        self._rebuild(self.built.deferred - {number})
+
+    def build_every(self):
+        """Build the kernel with every nest, if some are left out."""
+        if self.built.deferred:
+            self._rebuild(frozenset())
+
+    def _rebuild(self, deferred):
         b = self.built
-        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check,
-                        b.deferred - {number}))
+        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check, deferred))
 
 
 class CompiledFunction:
@@ -231,7 +250,9 @@ class CompiledFunction:
 
     @property
     def llvm_ir(self):
-        """The kernel's LLVM IR (generated on first use when it came from the cache)."""
+        """The kernel's LLVM IR, every nest built (generated on first use when it came
+        from the cache)."""
+        self._sig.build_every()
         return self._sig.built.make_ir()
 
     @property

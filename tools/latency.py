@@ -27,7 +27,7 @@ ops = [np.ones(s, np.float32) for s in shapes]
 t2, c2 = time.perf_counter(), time.process_time()
 tex.einsum(spec, *ops)
 t3, c3 = time.perf_counter(), time.process_time()
-heavy = [m for m in ("sympy", "networkx", "llvmlite") if m in sys.modules]
+heavy = [m for m in ("sympy", "networkx", "llvmlite.binding") if m in sys.modules]
 print(t1 - t0, t3 - t2, c1 - c0, c3 - c2, ",".join(heavy) or "-")
 """
 

@@ -97,9 +97,8 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     Of the nests among which stages choose by size (codegen.choices: specializations),
     it builds those a call at `sizes` ({Size: value}) runs; without `sizes`, none (a
     dispatch that returns STATUS_DEFERRED); with EVERY, all. A call that needs a nest
-    left out has the kernel built again with it (`Signature.build_choice`), and
-    reading `f.llvm_ir` or `f.asm` builds every nest first, so they show the whole
-    kernel."""
+    left out has the kernel built again with it (`Signature.build_choice`). `f.llvm_ir`
+    and `f.asm` show the whole kernel, every nest."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     if isinstance(sizes, str) and sizes == EVERY:
         deferred = frozenset()
@@ -205,11 +204,6 @@ class Signature:
         STATUS_DEFERRED) and run that from now on."""
         self._rebuild(self.built.deferred - {number})
 
-    def build_every(self):
-        """Build the kernel with every nest, if some are left out."""
-        if self.built.deferred:
-            self._rebuild(frozenset())
-
     def _rebuild(self, deferred):
         b = self.built
         self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check, deferred))
@@ -224,6 +218,7 @@ class CompiledFunction:
         self._sig = Signature(program, built)
         self._sig.owner = weakref.ref(self)
         self._asm = None         # (the build's key, its assembly) once f.asm is read
+        self._full_ir = None     # llvm_ir with every nest, while some are not built
         self.input_names = tuple(t.name for t in program.inputs)
         self.param_names = self._sig.param_names
         self._call = _make_caller(self._sig)
@@ -250,10 +245,15 @@ class CompiledFunction:
 
     @property
     def llvm_ir(self):
-        """The kernel's LLVM IR, every nest built (generated on first use when it came
-        from the cache)."""
-        self._sig.build_every()
-        return self._sig.built.make_ir()
+        """The kernel's LLVM IR with every nest, also those no call has needed yet (it
+        is generated on first use when the kernel came from the cache; nothing is
+        compiled for it)."""
+        b = self._sig.built
+        if not b.deferred:
+            return b.make_ir()
+        if self._full_ir is None:
+            self._full_ir = str(codegen.build(b.kernel, b.symbol, b.fast_math, b.bounds_check))
+        return self._full_ir
 
     @property
     def loop_nest(self):
@@ -261,10 +261,10 @@ class CompiledFunction:
 
     @property
     def asm(self):
-        key = self._sig.built.key
-        if self._asm is None or self._asm[0] != key:
-            self._asm = (key, jit.assembly(self.llvm_ir))
-        return self._asm[1]
+        """The assembly of llvm_ir (every nest)."""
+        if self._asm is None:
+            self._asm = jit.assembly(self.llvm_ir)
+        return self._asm
 
     @property
     def _cfunc(self):

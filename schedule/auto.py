@@ -170,9 +170,9 @@ def _auto_blocked(stage):
     (2048 x K=2048), blocked and as dot products over a packed B (k innermost: the
     second specialization, for fewer columns than two vectors): 3 columns 0.27x and
     1.2x, 8 columns 0.18x and 0.48x; 16 columns blocked 0.25x; one column (4096 x
-    4096) 0.15x and 0.5-0.9x. Calls with fewer rows and more columns run the generic
-    schedule below (i, k, j: rows of B streamed once; 1 x 4096 @ 4096 x 4096 at
-    0.48x, 0.09x blocked).
+    4096) 0.15x and 0.5-0.9x. Calls with fewer rows and more columns get a
+    specialization per number of rows (_few_rows_cases: B streamed once into a tile of
+    every row), each built only when a call needs it.
 
     In the blocked schedule, when the blocks of the output are too few for the
     threads (123 x 456 from K = 51234), the reduction is split first, into a
@@ -226,6 +226,12 @@ def _auto_blocked(stage):
         cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
     cases.append((sp.StrictLessThan(cols, upper), dots))
+    # fewer rows than the register tile's: a specialization per number of rows, B
+    # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
+    # Zen 5: 4.9 -> 1.4 ms, numpy 3.8; 5 rows 7.3 -> 3.3 ms, numpy 4.6: the generic
+    # order read B once per row). Each is built only when a call has that many rows.
+    few = _few_rows_cases(d, roles, rows, blocking.mr)
+    cases.extend(few)
     for condition, schedule in cases:
         if condition is sp.true:              # sizes known now: no specialization
             schedule(stage)
@@ -233,6 +239,21 @@ def _auto_blocked(stage):
         if condition is not sp.false:
             schedule(stage.specialize(condition))
     return False
+
+
+def _few_rows_cases(d, roles, rows, mr):
+    """[(Eq(rows, m), schedule)] for m in 1..mr-1: the streamed-rows schedule on a
+    specialization whose number of rows is the constant m (handles.specialize fixes
+    it), for a plain product (no batch index) with a symbolic number of rows."""
+    red = d.reduction
+    if not (isinstance(rows, sp.Symbol) and not roles.batch and len(red.over) == 1 and
+            d.indices and d.indices[-1] is roles.j and red.dtype.kind == "f"):
+        return []
+    j, k, others = d.indices[-1], red.over[0], list(d.indices[:-1])
+
+    def streamed(st):
+        _stream_rows_of_b(st, d, j, k, others, f"{d.name}_row_parts")
+    return [(sp.Eq(rows, m), streamed) for m in range(1, mr)]
 
 
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)
@@ -257,10 +278,9 @@ def _auto_streamed_rows(stage):
     row; 1.8 ms in this form, numpy 1.8-2.0; on 2 threads 1.0 ms, numpy 0.93). Float
     sums only: integer ones keep their vector-accumulator strategy. Column sums of a
     4096 x 4096 float32: 3.45 -> 1.23 ms on 2 threads (numpy 2.0); 100000 x 64: 6.45 ->
-    0.37 ms (numpy 1.49); their first compile costs 0.2 s more (0.43 -> 0.62 s). Not for a
-    symbolic number of rows: as the specialization for fewer rows than a register
-    tile it made every symbolic matmul's first compile 25% slower (1.40 -> 1.76 s), and
-    2 to 11 rows gain little (the generic order shares them among the threads).
+    0.37 ms (numpy 1.49); their first compile costs 0.2 s more (0.43 -> 0.62 s). A
+    symbolic number of rows below MR gets it as a specialization per count
+    (_few_rows_cases), built when a call first has that many rows.
     Returns whether the stage is done."""
     from .blocking import contraction_roles, full_tile_vectors
     d = stage.definition
@@ -280,16 +300,30 @@ def _auto_streamed_rows(stage):
         if roles is None or roles.batch or roles.j is not j or \
                 any(d.extents[x] != 1 for x in others):
             return False
-    width = full_tile_vectors() * target().lanes(red.dtype)
-    # one row at most: the parts rule then gives each thread four parts of a long K
-    ko, ki = stage.split_k(k, AutoParts(f"{d.name}_parts", sp.Integer(1), d.extents[k]))
-    kio, kii = stage.split(ki, STREAM_ROWS, tail="guard")
-    jo, ji = stage.split(j, width, tail="guard")
-    stage.reorder(ko, *others, kio, jo, kii, ji)
-    stage.unroll(kii)
-    stage.vectorize(ji)
-    stage.parallel(ko)
+    _stream_rows_of_b(stage, d, j, k, others, f"{d.name}_parts")
     return True
+
+
+def _stream_rows_of_b(st, d, j, k, rows, parts_name):
+    """The streamed-rows schedule (above) on `st`, a stage or a specialization whose
+    `rows` loops have constant extents: one row is a loop outside the stream; more (a
+    few) are unrolled inside it, each row of B then feeding every row of the output's
+    register tile, so that B is still read once."""
+    from .blocking import full_tile_vectors
+    width = full_tile_vectors() * target().lanes(d.reduction.dtype)
+    # few rows: the parts rule then gives each thread four parts of a long K
+    ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
+    kio, kii = st.split(ki, STREAM_ROWS, tail="guard")
+    jo, ji = st.split(j, width, tail="guard")
+    if all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows):
+        st.reorder(ko, *rows, kio, jo, kii, ji)
+    else:
+        st.reorder(ko, kio, jo, kii, *rows, ji)
+        for x in rows:
+            st.unroll(x)
+    st.unroll(kii)
+    st.vectorize(ji)
+    st.parallel(ko)
 
 
 def _parallel_first_output_loop(stage, avoid=frozenset()):

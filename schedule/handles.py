@@ -187,7 +187,9 @@ class StageHandle:
         `condition` -- a relation of sizes and call-time parameters, such as
         `(M >= 6) & (N >= 16)` -- holds. Specializations are tried in the order they
         were made; calls where none holds run this stage's own schedule. Both nests
-        are compiled into the one kernel."""
+        are compiled into the one kernel. A condition that fixes a size (`Eq(M, 3)`,
+        alone or in a conjunction) makes it a constant in the specialization's loops, so
+        they may be unrolled."""
         cond = sp.sympify(condition)
         if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
             raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
@@ -199,6 +201,9 @@ class StageHandle:
                                 f"{', '.join(sorted(unknown))}, which are not sizes or "
                                 "parameters of the program")
         spec = Specialization(self, cond, len(self.specializations) + 1)
+        fixed = fixed_sizes(cond, self.sched.program.sizes)
+        if fixed:
+            spec._store(with_sizes(spec.state, fixed))
         self.specializations.append(spec)
         self.sched._record(Specialize(self.name, str(cond)))
         return spec
@@ -306,6 +311,27 @@ class Specialization(StageHandle):
         from dataclasses import replace
         state = self.state if epilogue is None else replace(self.state, epilogue=epilogue)
         return lower_stage(state, buffers, states)
+
+
+def fixed_sizes(cond, sizes):
+    """{size: value} for each conjunct of `cond` that is Eq(size, integer)."""
+    terms = cond.args if isinstance(cond, sp.And) else (cond,)
+    out = {}
+    for t in terms:
+        if isinstance(t, sp.Eq):
+            a, b = t.args
+            if b in sizes and a.is_Integer:
+                a, b = b, a
+            if a in sizes and b.is_Integer:
+                out[a] = b
+    return out
+
+
+def with_sizes(state, fixed):
+    """`state` with the sizes in `fixed` replaced by their values in every loop extent
+    and guard."""
+    axes = [replace(a, extent=sp.sympify(a.extent).xreplace(fixed)) for a in state.axes]
+    return state.with_axes(axes, guards=tuple(g.xreplace(fixed) for g in state.guards))
 
 
 def _stage_of(sched, name):

@@ -5,6 +5,7 @@ golden printout of the auto schedule of a 1024 matmul."""
 import re
 
 import numpy as np
+import sympy as sp
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -277,7 +278,8 @@ def test_vector_times_matrix_streams_rows_of_b_on_every_thread(dtype):
     (1, K) operands are, or none): the reduction is split into four parts a thread,
     each streaming its block of B's rows four at a time into a register tile of the
     output row; K and N that neither four nor a vector divides, 1 and 3 threads, a
-    strided B; a symbolic M of 1, 2 and 5 rows (the generic schedule) alike."""
+    strided B; a symbolic M of 1, 2 and 5 rows (a specialization per number of rows:
+    test_few_rows_...) alike."""
     i, j, k = tex.indices("i j k")
     A, B = tex.tensor("A", (1, K), dtype), tex.tensor("B", (K, N), dtype)
     row = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
@@ -372,3 +374,50 @@ def test_tex_compile_builds_at_the_first_call_what_the_call_runs():
     assert len(f.llvm_ir) > 2 * len(small_ir) and len(f._sig.built.deferred) == n - 1
     assert f.llvm_ir.count("define ") > small_ir.count("define ")
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_few_rows_stream_b_once_into_a_tile_of_every_row(cpu):
+    """A symbolic number of rows below the register tile's gets a specialization per
+    count (Eq(M, m) makes M the constant m in its loops), its rows unrolled inside the
+    stream of B's rows: every count from 1 to MR - 1, and the blocked tile from MR on,
+    with K and N that no vector divides, strided operands, 1 and 3 threads, float32 and
+    float64, for the host and an AVX2 target."""
+    from tex.backends.llvm import codegen
+    from tex.scheduler.blocking import default_blocking
+    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    rng = np.random.default_rng(5)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(t):
+            mr = default_blocking("float32", 4, t).mr
+            text = str(tex.schedule(matmul("float32")).auto())
+            for m in range(1, mr):
+                assert f"Eq(M, {m})" in text
+            assert re.search(r"for i_\d+ in 0\.\.3:  # unrolled", text), text
+            for dtype in ("float32", "float64"):
+                f = tex.compile(matmul(dtype))
+                for threads in (1, 3):
+                    tex.set_num_threads(threads)
+                    for m in range(1, mr + 2):
+                        for n, kk in [(17, 7), (130, 1001)]:
+                            a, b = operands(rng, m, n, kk, dtype)
+                            check(f(a, b), expected(a, b), kk)
+                            wide = rng.standard_normal((kk, 2 * n)).astype(dtype)
+                            check(f(a, wide[:, ::2]), expected(a, wide[:, ::2]), kk)
+                # each count built its own choice, once
+                assert len(f._sig.built.deferred) <= len(codegen.choices(f.kernel)) - mr
+    finally:
+        tex.set_num_threads(before)
+
+
+def test_a_condition_that_fixes_a_size_makes_it_constant_in_the_specialization():
+    s = tex.schedule(matmul("float32"))
+    spec = s["C"].specialize(sp.Eq(M, 3) & (N >= 16))
+    spec.unroll(spec.loops[0])                   # a constant extent: it unrolls
+    assert re.search(r"Eq\(M, 3\).*\n +for i\w* in 0\.\.3:  # unrolled", str(s)), str(s)
+    f = tex.compile(s)
+    rng = np.random.default_rng(2)
+    for m, n, kk in [(3, 16, 5), (3, 65, 7), (2, 16, 5), (4, 70, 9)]:
+        a, b = operands(rng, m, n, kk, "float32")
+        check(f(a, b), expected(a, b), kk)

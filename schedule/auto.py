@@ -312,17 +312,21 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     from .blocking import full_tile_vectors
     width = full_tile_vectors() * target().lanes(d.reduction.dtype)
     # few rows: the parts rule then gives each thread four parts of a long K
+    one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
     ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
-    kio, kii = st.split(ki, STREAM_ROWS, tail="guard")
+    # several rows: the last rows of B in a part are a shorter loop, not a guard (a
+    # guard on B's rows and one on its columns make the partial tile scalar: 2 MB of
+    # IR for three rows)
+    kio, kii = st.split(ki, STREAM_ROWS, tail="guard" if one else "peel")
     jo, ji = st.split(j, width, tail="guard")
-    if all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows):
+    if one:
         st.reorder(ko, *rows, kio, jo, kii, ji)
+        st.unroll(kii)
     else:
         st.reorder(ko, kio, jo, kii, *rows, ji)
         for x in rows:
             st.unroll(x)
-    st.unroll(kii)
-    st.vectorize(ji)
+    st.vectorize(ji, tail="mask" if not one else "peel")
     st.parallel(ko)
 
 

@@ -97,8 +97,8 @@ def test_warm_start_runs_without_sympy_or_llvm(filled):
 def test_other_sizes_build_what_they_need_once_then_start_warm(filled, tmp_path):
     """The first process built only the specializations its sizes run. Sizes that
     need another (a matmul of 63 x 65 x 7: the narrow tile, or dot products) go to the
-    general path, which builds every specialization and records it: from the next
-    process on, every size starts warm."""
+    general path, which builds theirs and those of the calls the record was built for,
+    and records that: from the next process on, every size seen starts warm."""
     cache = tmp_path / "cache"
     shutil.copytree(filled, cache)
     second = child(cache, CASES + OTHER_SIZES)

@@ -361,11 +361,12 @@ workers = [int(t) for t in set(os.listdir("/proc/self/task")) - before]
 # the caller on the first CPU, its worker made to wake there too: joining a region, the
 # worker moves to the next CPU (on a busy machine it may miss a few regions)
 os.sched_setaffinity(0, {cpus[0]})
-for tid in workers:
-    os.sched_setaffinity(tid, {cpus[0]})
-    os.sched_setaffinity(tid, cpus)
 deadline = time.monotonic() + 30
 while threads.runtime().hops.value == 0 and time.monotonic() < deadline:
+    # again each time: a woken worker may be placed elsewhere by the OS on its own
+    for tid in workers:
+        os.sched_setaffinity(tid, {cpus[0]})
+        os.sched_setaffinity(tid, cpus)
     np.testing.assert_allclose(tex.einsum("ik,kj->ij", a, a), a @ a, rtol=1e-9)
     if sys.argv[1] == "0":
         break

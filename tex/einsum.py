@@ -419,24 +419,24 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     plan = _plan(subscripts, arrays, dtype, casting, optimize)
     out_dims = tuple(next((k, d.index(lb)) for k, d in enumerate(plan.dims) if lb in d)
                      for lb in plan.output)
-    # The first compile of these operands' kernel builds only the specializations this
-    # call runs (a symbolic matmul: 1.4 -> 1.0 s); other sizes build theirs when they
-    # come. When a record from an earlier process exists but could not serve this call
-    # (a size it did not build for: warm.py fell back to here), everything is built,
-    # and recorded, so the next process serves every size warm.
-    lazy = not warm.recorded(key)
+    # A kernel builds only the specializations its calls run (a symbolic matmul has
+    # nine: first call 1.4 -> 1.0 s), this call's and, when an earlier process's record
+    # could not serve this call (warm.py fell back to here), those of the calls the
+    # record was built for: the new record serves all of them warm.
+    calls = [c for c in warm.recorded_calls(key) if len(c) == len(arrays)]
+    calls = list(dict.fromkeys(calls + [tuple(a.shape for a in arrays)]))
     if len(plan.path) > 1:
-        fn, perm = _chain(plan, arrays if lazy else None), None
+        fn, perm = _chain(plan, calls), None
     else:
         program, tensors, _, _ = _build(subscripts, arrays, dtype, casting, optimize, "einsum")
-        sizes = {d: n for t, a in zip(tensors, arrays) for d, n in zip(t.shape, a.shape)
-                 if isinstance(d, sp.Symbol)} if lazy else "every"
+        sizes = [{d: n for t, shape in zip(tensors, c) for d, n in zip(t.shape, shape)
+                  if isinstance(d, sp.Symbol)} for c in calls]
         fn, perm = _compile_with_order(program, tensors, sizes)
     guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs],
                         _ones_patterns(key))
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
-    warm.record(key, entry)         # for the next process's warm start
+    warm.record(key, entry, calls)  # for the next process's warm start
     return entry
 
 
@@ -452,8 +452,8 @@ def _remember(cache, key, entry):
 
 def _compile_with_order(program, tensors, sizes):
     """(the compiled program's call path, the operands' order in its signature, or None
-    when it is theirs). `sizes`: the call's ({Size: value}), whose specializations are
-    built first ("every": all of them)."""
+    when it is theirs). `sizes`: [{Size: value}] of the calls whose specializations are
+    built first."""
     position = {t: k for k, t in enumerate(tensors)}
     perm = tuple(position[t] for t in program.inputs)
     compiled = compile_program(program, sizes)
@@ -464,12 +464,11 @@ def _compile_with_order(program, tensors, sizes):
 _steps = {}         # a contraction step's canonical form -> (call path, operand order)
 
 
-def _chain(plan, arrays):
+def _chain(plan, calls):
     """`run(*operands, out=None)`: the contraction path of `plan`, a step at a time
-    (`arrays`: the operands of the call it is compiled for, or None: build every
-    specialization now)."""
-    label_sizes = None if arrays is None else {
-        lb: n for a, d in zip(arrays, plan.dims) for lb, n in zip(d, a.shape) if lb is not None}
+    (`calls`: the operands' shapes of the calls whose specializations it builds)."""
+    label_sizes = [{lb: n for shape, d in zip(c, plan.dims) for lb, n in zip(d, shape)
+                    if lb is not None} for c in calls]
     terms = [(d, True, s.dtype) for s, d in zip(plan.specs, plan.dims)]
     steps = []
     for step, positions in enumerate(plan.path):
@@ -492,8 +491,8 @@ def _step_kernel(picked, keep, result, out_dtype, label_sizes):
     labels, renamed 'a', 'b', ... as they appear, give the smallest key, so that
     `ij,jk` and `jk,ij` -- and every step of a chain of matrix products -- share one
     kernel. `keep` is the output's labels (the last step), or the set of labels later
-    steps need, kept in order of appearance. `label_sizes`: the call's size of each
-    label (the kernel builds first the specializations those sizes run), or None."""
+    steps need, kept in order of appearance. `label_sizes`: [{label: size}] of the calls
+    whose specializations the kernel builds first."""
     best = None
     for order in itertools.permutations(range(len(picked))) if len(picked) <= 3 else \
             [tuple(range(len(picked)))]:
@@ -518,8 +517,8 @@ def _step_kernel(picked, keep, result, out_dtype, label_sizes):
         program = Program(_contract("einsum", [(t, labels, is_op) for t, (labels, is_op, _)
                                                in zip(tensors, canon)],
                                     out_labels, result, out_dtype))
-        step_sizes = "every" if label_sizes is None else {
-            size[c]: label_sizes[lb] for lb, c in rename.items() if lb in label_sizes}
+        step_sizes = [{size[c]: ls[lb] for lb, c in rename.items() if lb in ls}
+                      for ls in label_sizes]
         fn, perm = _compile_with_order(program, tensors, step_sizes)
         hit = fn if perm is None else _reordered(fn, perm)
         _remember(_steps, key, hit)

@@ -12,9 +12,15 @@ def compiled_html(f):
     rows = [(b.name, f"({', '.join(map(format_size, b.shape))})", b.dtype.name,
              format_size(_nbytes(b)), b.scope.value) for b in f.buffers]
     params = ", ".join(f.param_names)
-    ir = f.llvm_ir
+    # the IR of the kernel as built so far: the nests no call has needed yet are left
+    # out (f.llvm_ir has them all; for a symbolic matmul, 4 MB of text)
+    built = f._sig.built
+    ir = built.make_ir()
     ir_lines = len(ir.splitlines())
-    if f._asm is not None or ir_lines <= html.ASM_IR_LINES:
+    left = len(built.deferred)
+    what = f"LLVM IR ({ir_lines} lines" + (f"; {left} specialized nests not built yet: "
+                                            "f.llvm_ir has every nest)" if left else ")")
+    if f._asm is not None or (ir_lines <= html.ASM_IR_LINES and not left):
         asm = details(f"assembly ({len(f.asm.splitlines())} lines)", f.asm)
     else:
         asm = (f"<div>assembly: not generated for display ({ir_lines} lines of IR); "
@@ -26,7 +32,7 @@ def compiled_html(f):
                (table(["buffer", "shape", "dtype", "bytes", "scope"], rows) if rows
                 else "<div><i>none</i></div>"),
                "<div>loop nest:</div>" + pre(f.loop_nest),
-               details(f"LLVM IR ({ir_lines} lines)", ir), asm)
+               details(what, ir), asm)
 
 
 

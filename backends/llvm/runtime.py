@@ -95,8 +95,8 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`.
 
     Of the nests among which stages choose by size (codegen.choices: specializations),
-    it builds those a call at `sizes` ({Size: value}) runs; without `sizes`, none (a
-    dispatch that returns STATUS_DEFERRED); with EVERY, all. A call that needs a nest
+    it builds those that calls at `sizes` ([{Size: value}], or one such dict) run;
+    without `sizes`, none (a dispatch that returns STATUS_DEFERRED); with EVERY, all. A call that needs a nest
     left out has the kernel built again with it (`Signature.build_choice`). `f.llvm_ir`
     and `f.asm` show the whole kernel, every nest."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
@@ -116,12 +116,14 @@ EVERY = "every"         # compile_kernel(sizes=EVERY): build every nest at once
 
 
 def _not_taken(kernel, sizes):
-    """The numbers of the choices (codegen.choices) whose conditions do not hold at
-    `sizes`; a condition that `sizes` does not decide (a call-time parameter) counts as
-    taken."""
+    """The numbers of the choices (codegen.choices) whose conditions hold at none of
+    `sizes` ([{Size: value}] or one dict); a condition that a call's sizes do not decide
+    (a call-time parameter) counts as taken."""
+    calls = [sizes] if isinstance(sizes, dict) else sizes
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
-        if sp.sympify(guard.cond).subs(sizes) is sp.false:
+        cond = sp.sympify(guard.cond)
+        if all(cond.subs(call) is sp.false for call in calls):
             out.add(n)
     return frozenset(out)
 

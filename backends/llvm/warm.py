@@ -40,7 +40,7 @@ _ndarray = np.ndarray
 _entries = collections.OrderedDict()   # call key -> Kernel (or None: no record on disk)
 _guards = {}                    # subscripts -> the guard of its last kernel
 _full = []                      # tex/einsum.py's general path, once imported
-_loaded_keys = set()            # kernel keys whose records this process loaded
+_loaded_keys = {}               # kernel key of a record this process loaded -> its calls
 
 # A compiled einsum: `fn(*operands in program order)`; `perm`: that order (None when it is
 # the operands' own); the result dtype; whether the result is 0-d; the (operand, axis)
@@ -184,9 +184,12 @@ def call_key(key):
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def recorded(key):
-    """Whether this process loaded a record for einsum's kernel key `key`."""
-    return key in _loaded_keys
+def recorded_calls(key):
+    """The operands' shapes of the calls the record this process loaded for einsum's
+    kernel key `key` was built for ([] without one): a kernel builds only the
+    specializations its calls ran, so one built again for a new call builds theirs too
+    (and the record grows, never flips between size classes)."""
+    return _loaded_keys.get(key, [])
 
 
 def _warm_entry(subscripts, operands):
@@ -213,9 +216,10 @@ def _is_record(payload):
         return False
 
 
-def record(key, entry):
+def record(key, entry, calls=()):
     """Write the record of einsum's freshly compiled `entry` (default keywords only), and
-    keep the entry for the front door. A kernel whose call path is not a plain generated
+    keep the entry for the front door; `calls`, the operands' shapes of the calls whose
+    specializations it built. A kernel whose call path is not a plain generated
     one (bounds checks, a CPU that cannot run it) is not recorded."""
     _, dtype, casting, path = key[:4]
     if dtype is not None or casting != "safe" or path not in (None, "greedy") or \
@@ -228,7 +232,7 @@ def record(key, entry):
     from . import jit
     rec = {"version": RECORD_VERSION, "fn": fn, "perm": entry.perm, "dtype": entry.dtype.str,
            "scalar": entry.scalar, "out_dims": entry.out_dims,
-           "dtypes_in": [k.str for k in key[4::2]]}
+           "dtypes_in": [k.str for k in key[4::2]], "calls": [list(c) for c in calls]}
     jit.write_cached(call_key(key), json.dumps(rec).encode(), kind="calls")
     STATS["recorded"] += 1
 
@@ -276,7 +280,7 @@ def _load(ckey, key):
     dtypes_in = [dt if dt.isnative else np.dtype(dt.type) for dt in dtypes_in]
     guard = make_guard(fn, perm, rec["scalar"], dtypes_in, ones_patterns(key))
     STATS["loaded"] += 1
-    _loaded_keys.add(key)
+    _loaded_keys[key] = [tuple(map(tuple, shapes)) for shapes in rec.get("calls", [])]
     return Kernel(fn, perm, np.dtype(rec["dtype"]), rec["scalar"],
                   tuple(map(tuple, rec["out_dims"])), guard)
 

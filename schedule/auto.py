@@ -326,7 +326,7 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
         st.reorder(ko, kio, jo, kii, *rows, ji)
         for x in rows:
             st.unroll(x)
-    st.vectorize(ji, tail="mask" if not one else "peel")
+    st.vectorize_known(ji, tail="mask" if not one else "peel")
     st.parallel(ko)
 
 

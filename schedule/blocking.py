@@ -222,7 +222,7 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     for loop in sliced:
         stage.unroll(loop)
     stage.unroll(ii)
-    stage.vectorize(jj, tail="mask")
+    stage.vectorize(jj, tail="mask")     # an epilogue may refuse
     origin = {stage.state.subst[x]: x for x in stage.state.definition.indices}
     parallel = [b for b in batch[:1] if origin.get(b.var) not in avoid]
     # the column blocks first (each thread packs its own B block and runs all of A's
@@ -298,7 +298,7 @@ def block_contraction(stage, roles, blocking=None, k_loop=None):
     stage.pack(roles.b, kc, layout="loops")
     stage.pack(roles.a, ic, layout="loops")
     stage.unroll(ii)
-    stage.vectorize(jj, tail="mask")
+    stage.vectorize_known(jj, tail="mask")
     for loop in batch[:1] + [jc, ic]:
         stage.parallel(loop)
     return bl

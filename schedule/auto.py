@@ -228,8 +228,9 @@ def _auto_blocked(stage):
     cases.append((sp.StrictLessThan(cols, upper), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
-    # Zen 5: 4.9 -> 1.4 ms, numpy 3.8; 5 rows 7.3 -> 3.3 ms, numpy 4.6: the generic
-    # order read B once per row). Each is built only when a call has that many rows.
+    # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
+    # order read B once per row; an AVX2 target's 5 rows: 0.85x numpy). Each is built
+    # only when a call has that many rows.
     few = _few_rows_cases(d, roles, rows, blocking.mr)
     cases.extend(few)
     for condition, schedule in cases:

@@ -62,8 +62,8 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
     in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
 
-    A kernel whose stages have specializations (the auto schedule of a matmul has four
-    nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
+    A kernel whose stages have specializations (the auto schedule of a symbolic matmul
+    has nine nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
     the caller knows that call's sizes (tex.einsum), else at the first call itself (see
     compile_kernel); `sizes=EVERY` builds every nest now."""
     if casting not in _CASTINGS:
@@ -96,9 +96,9 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
 
     Of the nests among which stages choose by size (codegen.choices: specializations),
     it builds those that calls at `sizes` ([{Size: value}], or one such dict) run;
-    without `sizes`, none (a dispatch that returns STATUS_DEFERRED); with EVERY, all. A call that needs a nest
-    left out has the kernel built again with it (`Signature.build_choice`). `f.llvm_ir`
-    and `f.asm` show the whole kernel, every nest."""
+    without `sizes`, none (a dispatch that returns STATUS_DEFERRED); with EVERY, all.
+    A call that needs a nest left out has the kernel built again with it
+    (`Signature.build_choice`). `f.llvm_ir` and `f.asm` show every nest."""
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     if isinstance(sizes, str) and sizes == EVERY:
         deferred = frozenset()
@@ -193,7 +193,7 @@ class Signature:
 
     def use(self, built):
         """Run `built`'s code from now on."""
-        self.built, self.image = built, built.image
+        self.built = built               # holds the image: the code lives as long as this
         self.cfunc = self.proto(built.address)
         self.object_key = built.key          # what backends/llvm/warm.py records
         # bounds_check kernels: (fast_math, address of the record)
@@ -204,11 +204,9 @@ class Signature:
     def build_choice(self, number):
         """Build the kernel again with the left-out choice `number` (a call needs it:
         STATUS_DEFERRED) and run that from now on."""
-        self._rebuild(self.built.deferred - {number})
-
-    def _rebuild(self, deferred):
         b = self.built
-        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check, deferred))
+        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check,
+                        b.deferred - {number}))
 
 
 class CompiledFunction:
@@ -219,7 +217,7 @@ class CompiledFunction:
         self.program, self.kernel, self.symbol = program, kernel, built.symbol
         self._sig = Signature(program, built)
         self._sig.owner = weakref.ref(self)
-        self._asm = None         # (the build's key, its assembly) once f.asm is read
+        self._asm = None         # the assembly of llvm_ir, once f.asm is read
         self._full_ir = None     # llvm_ir with every nest, while some are not built
         self.input_names = tuple(t.name for t in program.inputs)
         self.param_names = self._sig.param_names

@@ -229,7 +229,7 @@ def _auto_blocked(stage):
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
-    # order read B once per row; an AVX2 target's 5 rows: 0.85x numpy). Each is built
+    # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
     # only when a call has that many rows.
     few = _few_rows_cases(d, roles, rows, blocking.mr)
     cases.extend(few)
@@ -315,18 +315,23 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     # few rows: the parts rule then gives each thread four parts of a long K
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
     ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
-    # several rows: the last rows of B in a part are a shorter loop, not a guard (a
-    # guard on B's rows and one on its columns make the partial tile scalar: 2 MB of
-    # IR for three rows)
-    kio, kii = st.split(ki, STREAM_ROWS, tail="guard" if one else "peel")
+    # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
+    # with one on its columns makes the partial column tile scalar: with a tile of four
+    # 16-lane vectors that is 3.6 MB of IR for five rows (1.8 s to build), so several
+    # rows take the remainder as a shorter loop instead (1.1 MB); with a tile of two
+    # 8-lane vectors (16 registers) the unrolled form is 1.1 MB and the rolled one lost
+    # (five rows on AVX2, one thread: 0.64x numpy rolled, 1.13x unrolled)
+    unrolled = one or full_tile_vectors() == 2
+    kio, kii = st.split(ki, STREAM_ROWS, tail="guard" if unrolled else "peel")
     jo, ji = st.split(j, width, tail="guard")
     if one:
         st.reorder(ko, *rows, kio, jo, kii, ji)
-        st.unroll(kii)
     else:
         st.reorder(ko, kio, jo, kii, *rows, ji)
         for x in rows:
             st.unroll(x)
+    if unrolled:
+        st.unroll(kii)
     st.vectorize_known(ji, tail="mask" if not one else "peel")
     st.parallel(ko)
 

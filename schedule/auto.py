@@ -312,8 +312,8 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     register tile, so that B is still read once."""
     from .blocking import full_tile_vectors
     width = full_tile_vectors() * target().lanes(d.reduction.dtype)
-    # few rows: the parts rule then gives each thread four parts of a long K
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
+    # few rows: the parts rule then gives each thread four parts of a long K
     ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
     # with one on its columns makes the partial column tile scalar: with a tile of four
@@ -332,7 +332,10 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
             st.unroll(x)
     if unrolled:
         st.unroll(kii)
-    st.vectorize_known(ji, tail="mask" if not one else "peel")
+    if one:     # a column sum of any f(X[i, j]): f may refuse vectors, so checked
+        st.vectorize(ji)
+    else:       # a plain product's tile
+        st.vectorize_known(ji, tail="mask")
     st.parallel(ko)
 
 

@@ -24,7 +24,7 @@ import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
-from tex.expr import Access, AutoParts, affine_terms, walk as walk_expr
+from tex.expr import Access, AutoParts, affine_terms, all_of, at_least, less, walk as walk_expr
 
 from .target import target
 
@@ -136,7 +136,7 @@ def _auto_fused_root(stage, epilogue):
             blocking = sliced_blocking(d, roles, blocking, slices, target().lanes(red.dtype))
         rows, cols = d.extents[roles.i], d.extents[roles.j]
         few = 2 * target().lanes(red.dtype)
-        cond = sp.And(sp.GreaterThan(rows, blocking.mr), sp.GreaterThan(cols, few))
+        cond = all_of(at_least(rows, blocking.mr), at_least(cols, few))
         if cond is not sp.false:
             spec = stage if cond is sp.true else stage.specialize(cond)
             block_fused_contraction(spec, roles, blocking, avoid,
@@ -220,12 +220,12 @@ def _auto_blocked(stage):
     for low, vectors in tiers:
         bl = blocking if vectors is None else default_blocking(red.dtype, operand_bytes(roles),
                                                               vectors=vectors)
-        wide = sp.GreaterThan(cols, low)
-        cond = sp.And(sp.GreaterThan(rows, bl.mr), wide if upper is None else
-                      sp.And(wide, sp.StrictLessThan(cols, upper)))
+        wide = at_least(cols, low)
+        cond = all_of(at_least(rows, bl.mr), wide if upper is None else
+                      all_of(wide, less(cols, upper)))
         cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
-    cases.append((sp.StrictLessThan(cols, upper), dots))
+    cases.append((less(cols, upper), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
@@ -254,7 +254,7 @@ def _few_rows_cases(d, roles, rows, mr):
 
     def streamed(st):
         _stream_rows_of_b(st, d, j, k, others, f"{d.name}_row_parts")
-    return [(sp.Eq(rows, m), streamed) for m in range(1, mr)]
+    return [(sp.Eq(rows, m, evaluate=False), streamed) for m in range(1, mr)]
 
 
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)

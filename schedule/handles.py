@@ -7,7 +7,7 @@ from dataclasses import replace
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Index
+from tex.expr import Index, all_of, negation
 
 from . import primitives as P
 from .display import stage_html
@@ -221,10 +221,10 @@ class StageHandle:
         if self.specializations:
             body, own, taken = [], body, []
             for spec in self.specializations:
-                cond = sp.And(spec.condition, *[sp.Not(c) for c in taken])
+                cond = all_of(spec.condition, *[negation(c) for c in taken])
                 body.append(Guard(cond, nest(spec.state), choice=spec.name))
                 taken.append(spec.condition)
-            body.append(Guard(sp.And(*[sp.Not(c) for c in taken]), own, choice=self.name))
+            body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name))
         note = None
         if epilogue is not None:
             from .epilogue import around, check_races, describe

@@ -14,11 +14,11 @@ Values inside statements are tex expression nodes whose `Access.tensor` is a `Bu
     Update(buffer, index, combiner, value, arg)   buffer[index] = combiner(buffer[index], value)
 """
 import enum
+import functools
 from dataclasses import dataclass, field, replace as dc_replace
 
 import numpy as np
 import sympy as sp
-from sympy.printing.str import StrPrinter
 
 
 class LoopKind(enum.Enum):
@@ -208,6 +208,14 @@ def buffers_of(node):
     return list(seen.values())
 
 
+@functools.lru_cache(maxsize=16384)
+def symbols_of(e):
+    """The free symbols of an index expression, memoized (sympy walks the expression
+    again at every `free_symbols`; code generation asks about the same few hundred
+    expressions for every address and vector it emits)."""
+    return frozenset(sp.sympify(e).free_symbols)
+
+
 def structure_key(kernel):
     """A text that two kernels share exactly when they are the same loop nest: every
     statement, loop (kind, tail, extent), buffer (shape, dtype, scope, alias) and value,
@@ -223,24 +231,26 @@ def structure_key(kernel):
             names[id(obj)] = (f"{prefix}{len(names)}", obj)    # keep obj alive: ids stay unique
         return names[id(obj)][0]
 
-    class Printer(StrPrinter):
-        """Loop variables by their canonical names; nothing is rebuilt (sympy would
-        re-evaluate every Min and relation of a rebuilt expression)."""
-        printmethod = "_structure_key"     # not the classes' own _sympystr
-
-        def _print_Symbol(self, e):
-            if e.__class__.__name__ == "Index":
-                return name(e, "v")
-            return f"{e.__class__.__name__}:{e.name}"
-        _print_Dummy = _print_Symbol
-
-        def _print_CeilDiv(self, e):
-            return f"CeilDiv({self._print(e.args[0])}, {self._print(e.args[1])})"
-
-    printer = Printer()
+    texts = {}
 
     def sym(e):
-        return printer.doprint(sp.sympify(e))
+        """An expression's structure: its class and arguments (sympy keeps the arguments
+        of Add, Mul, Min and the logic in a canonical order), loop variables by their
+        canonical names. Neither rebuilt (sympy would re-evaluate every Min and
+        relation) nor printed (sympy's printer sorts every sum's terms, most of this
+        function's time)."""
+        e = sp.sympify(e)
+        text = texts.get(e)
+        if text is None:
+            if isinstance(e, sp.Symbol):
+                text = name(e, "v") if e.__class__.__name__ == "Index" else \
+                    f"{e.__class__.__name__}:{e.name}"
+            elif not e.args:
+                text = f"{e.__class__.__name__}:{e}"
+            else:
+                text = f"{e.__class__.__name__}({', '.join(sym(a) for a in e.args)})"
+            texts[e] = text
+        return text
 
     def buf(b):
         if id(b) not in names:

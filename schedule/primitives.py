@@ -9,7 +9,7 @@ import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
-from tex.expr import CeilDiv, Index, Param
+from tex.expr import CeilDiv, Index, Min, Param, less
 
 from .ir import LoopKind, VectorTail, unique_name
 from .stage import Axis, Layout
@@ -86,9 +86,9 @@ def split(state, var, factor, tail=Tail.PEEL):
         inner_ext = T
     elif tail in (Tail.GUARD, Tail.MASK):
         inner_ext = T
-        guards = guards + (sp.StrictLessThan(outer * T + inner, E),)
+        guards = guards + (less(outer * T + inner, E),)
     else:
-        inner_ext = sp.Min(T, E - outer * T)
+        inner_ext = Min(T, E - outer * T)
     new_axes = []
     for a in state.axes:
         if a is axis:
@@ -237,7 +237,7 @@ def split_k(state, var, parts):
     new_axes = [Axis(outer, P, True, LoopKind.PARALLEL)]
     for a in state.axes:
         if a is axis:
-            new_axes.append(Axis(inner, sp.Min(chunk, E - outer * chunk), True))
+            new_axes.append(Axis(inner, Min(chunk, E - outer * chunk), True))
         else:
             new_axes.append(replace(a, extent=sp.sympify(a.extent).xreplace({old: rebuilt})))
     subst = {x: e.xreplace({old: rebuilt}) for x, e in state.subst.items()}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Access, CeilDiv, rebuild, with_children
+from tex.expr import Access, CeilDiv, Min, rebuild, with_children
 
 
 def upper_bound(extent, loop_vars):
@@ -66,7 +66,7 @@ def read_box(prim, stage_name, value, buf, inner, extents, loop_vars):
     if starts is None:
         raise ScheduleError(f"{prim}: stage {stage_name} does not read {buf.name} below the loop")
     size = tuple(r + 1 for r in reaches)
-    extent = tuple(sp.Min(z, d - s0) for z, d, s0 in zip(size, buf.shape, starts))
+    extent = tuple(Min(z, d - s0) for z, d, s0 in zip(size, buf.shape, starts))
     return Box(tuple(starts), size, extent)
 
 

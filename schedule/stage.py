@@ -24,7 +24,8 @@ import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
-from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
+from tex.expr import (Access, Const, Index, IndexValue, all_of, any_of, cast, negation, rebuild,
+                      with_children)
 
 from .epilogue import identity, statements
 from .region import upper_bound
@@ -112,7 +113,7 @@ def _retarget(expr, buffers, subst):
 def _nest(axes, body, guards=()):
     body = tuple(body)
     if guards:
-        cond = sp.And(*guards)
+        cond = all_of(*guards)
         if cond is not sp.true:
             body = (Guard(cond, body),)
     for a in reversed(axes):
@@ -246,11 +247,11 @@ def _panel_copy(state, value, buf, inner_axes):
         if not _never_negative(ix):
             bounds.append(sp.GreaterThan(ix, 0, evaluate=False))
         bounds.append(sp.StrictLessThan(ix, n, evaluate=False))
-    inside = sp.And(*bounds)
+    inside = all_of(*bounds)
     dst = tuple(fresh[v] for v in where)
     stores = [Guard(inside, (Store(local, dst, src),))] if bounds else [Store(local, dst, src)]
     if bounds:
-        outside = sp.Or(*[sp.Not(c) for c in bounds])
+        outside = any_of(*[negation(c) for c in bounds])
         stores.append(Guard(outside, (Store(local, dst, Const(0, buf.dtype)),)))
     # the innermost copy loop is a vector loop when the stage's own loop is the
     # innermost one and a vector (B's panel rows); straight-line unrolled loops stay so
@@ -363,7 +364,7 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
     if local:
         guards = _guards_for(state, state.axes[:start])
         if guards:
-            merge = (Guard(sp.And(*guards), merge),)
+            merge = (Guard(all_of(*guards), merge),)
         return _reduction_nest(state, value, part_pos if arg else part, part_index,
                                values_to=part if arg else None, after=merge, split_at=start,
                                final=False)
@@ -607,7 +608,7 @@ def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
         store = _nest(tile, [Store(out_buf, out_index, Access(acc, index))],
                       _guards_for(state, outside))
         back = store if first is sp.true else (Guard(first, store),
-                                               Guard(sp.Not(first), back))
+                                               Guard(negation(first), back))
     return (_nest(tile, [Store(acc, index, identity(red.combiner, red.dtype))]) +
             _nest(axes, [update], _update_guards(state, value, outside, padded)) + back)
 

@@ -3,15 +3,17 @@ the vector plans that schedule/vectorize.py attaches to the loop nest (and that
 backends/llvm/vector.py emits; its docstring states the rules).
 `plan_vector_loop(loop)` returns a VectorPlan, or a string saying why the loop stays
 scalar."""
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
+
 import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
 
-from .ir import Guard, Loop, Scope, Store, Update, VectorTail
+from .ir import Guard, Loop, Scope, Store, Update, VectorTail, symbols_of
 from .target import target
 
 MAX_REGISTERS = 4          # the widest value type of a body fills at most this many
@@ -25,8 +27,28 @@ def affine_coefficient(expr, var):
     """c such that expr = c*var + rest with c and rest free of var; 0 if var is absent,
     None if expr is not affine in var."""
     expr = sp.sympify(expr)
-    if var not in expr.free_symbols:
+    if var not in symbols_of(expr):
         return sp.Integer(0)
+    return _affine_coefficient(expr, var)
+
+
+@functools.lru_cache(maxsize=8192)
+def _affine_coefficient(expr, var):
+    # memoized: a code generator asks about the same index expressions many times.
+    # A sum of terms each with var as a plain factor needs neither expand nor coeff.
+    c = sp.Integer(0)
+    for term in sp.Add.make_args(expr):
+        if var not in term.free_symbols:
+            continue
+        factors = sp.Mul.make_args(term)
+        rest = [f for f in factors if f is not var]
+        if len(rest) != len(factors) - 1 or any(var in f.free_symbols for f in rest):
+            return _expanded_coefficient(expr, var)
+        c += sp.Mul(*rest)
+    return c
+
+
+def _expanded_coefficient(expr, var):
     expr = sp.expand(expr)
     c = expr.coeff(var)
     if var in c.free_symbols or var in sp.expand(expr - c * var).free_symbols:

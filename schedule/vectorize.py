@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from tex.expr import Access, walk as walk_expr
+from tex.expr import Access, Min, all_of, at_least, negation, walk as walk_expr
 
 from .ir import Guard, Loop, LoopKind, Store, Update, map_nest, walk
 from .target import target
@@ -173,7 +173,7 @@ def _split_whole(loop):
             terms |= holds[id(g)]
     if not terms or any(loop.var in t.free_symbols for t in terms):
         return None
-    whole = sp.And(*sorted(terms, key=sp.default_sort_key))
+    whole = all_of(*terms)
     if whole is sp.false:
         return None                                      # (constant sizes: never whole)
 
@@ -187,7 +187,7 @@ def _split_whole(loop):
     if whole is sp.true:
         return (map_nest(loop, strip),)
     return (Guard(whole, (map_nest(loop, strip),), WHOLE),
-            Guard(sp.Not(whole), (loop,), PARTIAL))
+            Guard(negation(whole), (loop,), PARTIAL))
 
 
 def _over_tile(cond, ranges, value):
@@ -207,20 +207,19 @@ def _over_tile(cond, ranges, value):
         # r holds <=> d > 0 (strict) or d >= 0, with d affine in the tile's variables
         d = r.rhs - r.lhs if isinstance(r, (sp.StrictLessThan, sp.LessThan)) else r.lhs - r.rhs
         strict = isinstance(r, (sp.StrictLessThan, sp.StrictGreaterThan))
-        d = sp.expand(d)
         worst = d                    # d where it is smallest (to hold) or largest (to fail)
         for v, (lo, hi) in ranges.items():
-            c = d.coeff(v)
-            if v in c.free_symbols or not c.is_number:
+            c = affine_coefficient(d, v)
+            if c is None or not c.is_number:
                 return None
             pick = (lo if c >= 0 else hi) if want else (hi if c >= 0 else lo)
-            worst = worst.subs(v, pick)
+            worst = worst.xreplace({v: pick})
         if worst.free_symbols & set(ranges):
             return None
         # as `e >= 0` over the integers: holding, d > 0 is d - 1 >= 0; failing, d >= 0
         # fails when -d - 1 >= 0 and d > 0 fails when -d >= 0
         e = (worst - 1 if strict else worst) if want else (-worst if strict else -worst - 1)
-        out.add(sp.GreaterThan(sp.expand(e), 0))
+        out.add(at_least(sp.expand(e), 0))
     return out
 
 
@@ -252,7 +251,7 @@ def _peel_full_tiles(loop):
         if bound.free_symbols & inner_vars:
             return None                                       # not known before the loop
         tiles[e] = c
-        split = bound if split is None else sp.Min(split, bound)
+        split = bound if split is None else Min(split, bound)
     if not tiles:
         return None
 
@@ -262,7 +261,7 @@ def _peel_full_tiles(loop):
             return node.replace(extent=tiles[sp.sympify(node.extent)])
         return node
     start, end = sp.sympify(loop.start), sp.sympify(loop.start) + sp.sympify(loop.extent)
-    mid = sp.Min(sp.Max(split, start), end)
+    mid = Min(sp.Max(split, start), end)
     full = map_nest(loop, whole).replace(extent=mid - start)
     rest = loop.replace(start=mid, extent=end - mid)
     return full, rest

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import sympy as sp
 
-from tex.expr import Access, Index, IndexValue, Op, rebuild, with_children
+from tex.expr import Access, Index, IndexValue, Op, all_of, any_of, less, rebuild, with_children
 from tex.expr import walk as walk_expr
 
 from .ir import LoopKind, unique_name
@@ -33,8 +33,8 @@ def first_block(state, outer, level, first_red):
     if not blocks or any(sp.sympify(a.extent).free_symbols & loop_vars - known
                          for a in blocks):
         return None
-    first = sp.And(*(sp.Le(a.var, 0) for a in blocks))
-    empty = sp.Or(*(sp.Le(a.extent, 0) for a in blocks))
+    first = all_of(*(less(a.var, 0, strict=False) for a in blocks))
+    empty = any_of(*(less(a.extent, 0, strict=False) for a in blocks))
     return first, empty
 
 

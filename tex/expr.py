@@ -12,8 +12,9 @@ from . import dtypes
 from .combiners import COMBINERS
 from .errors import ShapeError
 # the symbols of index notation, defined in tex/indices.py, importable from here too
-from .indices import (AutoParts, CeilDiv, Index, Param, _split_names, affine_terms,  # noqa: F401
-                      as_size, format_size, index_symbols, indices, param, sizes)
+from .indices import (AutoParts, CeilDiv, Index, Min, Param, _split_names,  # noqa: F401
+                      affine_terms, all_of, any_of, as_size, at_least, format_size,
+                      index_symbols, indices, less, negation, param, sizes)
 
 
 # ---------------------------------------------------------------- expression nodes

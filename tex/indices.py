@@ -13,6 +13,7 @@
 import weakref
 
 import sympy as sp
+from sympy.core.operations import AssocOp
 from sympy.printing.precedence import PRECEDENCE
 from sympy.printing.str import StrPrinter
 
@@ -107,6 +108,149 @@ class CeilDiv(sp.Function):
         a, b = self.args
         return f"ceiling({printer.parenthesize(a, PRECEDENCE['Mul'])}/" \
                f"{printer.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
+
+
+def lower_bound(e):
+    """An integer lower bound of the integer expression `e`, or None when none is cheap to
+    see: a constant plus non-negative multiples of products of sizes, indices and
+    parameters (each >= 0; a positive one >= 1), ceiling quotients of those and Mins of
+    those. It asks sympy's assumption system nothing: that system's first answer about
+    a new expression costs about a millisecond, and comparing extents asked it for most
+    of a matmul's schedule time."""
+    return _lower_bound(sp.sympify(e), expanded=False)
+
+
+def _lower_bound(e, expanded):
+    total = 0
+    for term in sp.Add.make_args(e):
+        c, rest = term.as_coeff_Mul()
+        if not c.is_Rational:
+            return None
+        if rest is sp.S.One:
+            total += c
+            continue
+        if c < 0:
+            return None
+        low = 1
+        for f in sp.Mul.make_args(rest):
+            if not expanded and isinstance(f, (sp.Add, sp.Pow)):
+                return _lower_bound(sp.expand(e), expanded=True)   # (a + b)*c: distribute
+            f_low = _atom_lower_bound(f)
+            if f_low is None:
+                return None
+            low *= f_low
+        total += c * low
+    return total
+
+
+def _atom_lower_bound(f):
+    if isinstance(f, sp.Symbol):
+        return (1 if f.is_positive else 0) if f.is_integer and f.is_nonnegative else None
+    if isinstance(f, CeilDiv) and f.args[1].is_Integer and f.args[1] > 0:
+        low = lower_bound(f.args[0])
+        return None if low is None else -(-low // int(f.args[1]))
+    if isinstance(f, sp.Min):
+        lows = [lower_bound(a) for a in f.args]
+        return None if None in lows else min(lows)
+    return None
+
+
+def _at_least(e, n=0):
+    low = lower_bound(e)
+    return low is not None and low >= n
+
+
+class Min(sp.Min):
+    """sympy's Min, simplified without the assumption system: equal arguments and an
+    argument that another is known not to exceed (`lower_bound` of their difference) are
+    dropped, numbers folded; the rest is kept as it is. sympy's own compares every pair
+    through assumptions (about 10 ms a tile extent `Min(T, E - o*T)` in a fresh process)
+    and does it again each time an expression holding it is rebuilt; the tile extents
+    of splits, split-K and boxes are Mins of this class, and rebuilding one (xreplace,
+    subs) stays cheap."""
+
+    def __new__(cls, *args, **options):
+        options.pop("evaluate", None)
+        flat = []
+        for a in map(sp.sympify, args):
+            flat.extend(a.args if isinstance(a, sp.Min) else (a,))
+        kept = []
+        for a in dict.fromkeys(flat):
+            if any(_at_least(a - b) for b in kept):
+                continue                                  # a >= some b: not the least
+            kept = [b for b in kept if not _at_least(b - a)] + [a]
+        if len(kept) == 1:
+            return kept[0]
+        argset = frozenset(kept)
+        obj = sp.Expr.__new__(cls, *sp.ordered(argset))
+        obj._argset = argset
+        return obj
+
+
+def less(a, b, strict=True):
+    """`a < b` (or `a <= b`) as a sympy relation: `sp.true` or `sp.false` when
+    `lower_bound` decides it, else kept unevaluated (sympy's evaluation asks the
+    assumption system; see `lower_bound`)."""
+    return _relation(sp.StrictLessThan if strict else sp.LessThan, a, b)
+
+
+def at_least(a, b):
+    """`a >= b` as a sympy relation, decided like `less` (a GreaterThan when kept)."""
+    return _relation(sp.GreaterThan, a, b)
+
+
+# (a relation's class, and whether it holds when b - a >= 0 or only when b - a >= 1);
+# a > b is b < a and a >= b is b <= a
+_LESS = {sp.StrictLessThan: (False, 1), sp.LessThan: (False, 0),
+         sp.StrictGreaterThan: (True, 1), sp.GreaterThan: (True, 0)}
+_NEGATED = {sp.StrictLessThan: sp.GreaterThan, sp.LessThan: sp.StrictGreaterThan,
+            sp.GreaterThan: sp.StrictLessThan, sp.StrictGreaterThan: sp.LessThan}
+
+
+def _relation(cls, a, b):
+    a, b = sp.sympify(a), sp.sympify(b)
+    swapped, gap = _LESS[cls]
+    lo, hi = (b, a) if swapped else (a, b)
+    if _at_least(hi - lo, gap):
+        return sp.true
+    if _at_least(lo - hi, 1 - gap):
+        return sp.false
+    return cls(a, b, evaluate=False)
+
+
+def negation(c):
+    """Not(c): an inequality becomes its opposite (the class sympy's `negated` gives),
+    decided like `less`; anything else goes to sympy's Not."""
+    c = sp.sympify(c)
+    cls = _NEGATED.get(type(c))
+    return sp.Not(c) if cls is None else _relation(cls, *c.args)
+
+
+def all_of(*conds):
+    """And(*conds) without sympy's search for contradictions among them (which puts
+    every relation in canonical form, a new expression each, and asks the assumption
+    system about it): true terms dropped, a false one decides, duplicates merged."""
+    return _lattice(sp.And, conds, sp.true, sp.false)
+
+
+def any_of(*conds):
+    """Or(*conds), built like `all_of`."""
+    return _lattice(sp.Or, conds, sp.false, sp.true)
+
+
+def _lattice(cls, conds, identity, zero):
+    args = set()
+    for c in map(sp.sympify, conds):
+        if c is zero:
+            return zero
+        if c is not identity:
+            args.update(c.args if isinstance(c, cls) else (c,))
+    if len(args) < 2:
+        return args.pop() if args else identity
+    argset = frozenset(args)
+    obj = super(AssocOp, cls).__new__(cls, *sp.ordered(argset))   # as LatticeOp does
+    obj._argset = argset
+    return obj
 
 
 class AutoParts(Param):

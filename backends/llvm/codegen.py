@@ -25,7 +25,7 @@ from llvmlite import ir
 from tex.expr import Access, CeilDiv, Const, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
-                             Update, buffers_of, map_nest, walk)
+                             Update, buffers_of, map_nest, symbols_of, walk)
 from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
 from .entry import emit_entry
@@ -328,7 +328,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
 
     def _bound(self, exprs):
         """The current values of the symbols `exprs` read, for a `_reuse` key."""
-        syms = set().union(*(sp.sympify(e).free_symbols for e in exprs))
+        syms = set().union(*(symbols_of(e) for e in exprs))
         return tuple(sorted(((s.name, id(s), self.env.get(s)) for s in syms),
                             key=lambda t: (t[0], t[1])))
 

@@ -5,7 +5,7 @@ import functools
 import sympy as sp
 from llvmlite import ir
 
-from ...scheduler.ir import Allocate, Loop, Scope, Store, Update, buffers_of, walk
+from ...scheduler.ir import Allocate, Loop, Scope, Store, Update, buffers_of, symbols_of, walk
 from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
 
 # fewer inner iterations than this run on one thread: waking the sleeping workers costs
@@ -80,7 +80,7 @@ class ParallelMixin:
         if not (isinstance(inner, ir.Constant) and inner.constant >= 1):
             inner = b.select(b.icmp_signed("<", inner, one), one, inner)
         extent = sp.sympify(node.extent)
-        zeroed = frozenset(at_zero).intersection(extent.free_symbols)
+        zeroed = frozenset(at_zero).intersection(symbols_of(extent))
         return b.mul(self.index(_at_zero(extent, zeroed) if zeroed else extent), inner)
 
     def _outlined(self, loop, bufs, syms):

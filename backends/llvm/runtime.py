@@ -123,7 +123,8 @@ def _not_taken(kernel, sizes):
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
         cond = sp.sympify(guard.cond)
-        if all(cond.subs(call) is sp.false for call in calls):
+        if all(cond.xreplace({s: sp.Integer(v) for s, v in call.items()}) is sp.false
+               for call in calls):
             out.add(n)
     return frozenset(out)
 

@@ -106,7 +106,7 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Scope, Store, VectorTail
+from ...scheduler.ir import Guard, Scope, Store, VectorTail, symbols_of
 from ...scheduler.vector_plan import access_key, affine_coefficient, itemsize, local_flat
 from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better, increasing_better
@@ -329,7 +329,7 @@ class VectorLoop(AccumulatorMixin):
         cg = self.cg
         for s in body:
             if isinstance(s, Guard):
-                if self.var in s.cond.free_symbols:
+                if self.var in symbols_of(s.cond):
                     m = self._lane_condition(s.cond)
                     self._statements(s.body, m if mask is None else cg.b.and_(mask, m))
                 else:
@@ -433,7 +433,7 @@ class VectorLoop(AccumulatorMixin):
             for p in parts[1:]:
                 out = b.and_(out, p) if isinstance(c, sp.And) else b.or_(out, p)
             return out
-        if self.var not in c.free_symbols:
+        if self.var not in symbols_of(c):
             return self.splat(cg.condition(c))
         if isinstance(c, sp.Not):
             return b.not_(self._lane_condition(c.args[0]))

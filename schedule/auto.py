@@ -259,6 +259,7 @@ def _few_rows_cases(d, roles, rows, mr):
 
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)
 STREAM_ROWS = 4         # rows of B a pass over the output row adds (vector times matrix)
+STREAM_ROWS_ROLLED = 16  # the same for several rows of A when the rows of B are a loop
 
 
 def _auto_streamed_rows(stage):
@@ -318,11 +319,17 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
     # with one on its columns makes the partial column tile scalar: with a tile of four
     # 16-lane vectors that is 3.6 MB of IR for five rows (1.8 s to build), so several
-    # rows take the remainder as a shorter loop instead (1.1 MB); with a tile of two
-    # 8-lane vectors (16 registers) the unrolled form is 1.1 MB and the rolled one lost
-    # (five rows on AVX2, one thread: 0.64x numpy rolled, 1.13x unrolled)
+    # rows take the remainder as a shorter loop instead (1.1 MB), sixteen rows of B a
+    # pass: the tile stays in registers through the loop (vector_plan.lanes_in_bounds)
+    # and the partial sums in memory are updated once per sixteen rows (m x 65536 @
+    # 65536 x 512, one thread, m = 2..5: 0.91/0.79/0.48/0.61x numpy with four rows and
+    # the tile in memory, 1.98/2.22/1.32/1.68x now; m x 4096 @ 4096 x 4096: 1.5-2.4x).
+    # With a tile of two 8-lane vectors (16 registers) the unrolled form is 1.1 MB and
+    # the rolled one lost (on AVX2, one thread, m = 2..5 at 65536 x 512: 1.14/1.43/0.87/
+    # 0.90x rolled, 1.38/1.70/0.90/1.30x unrolled)
     unrolled = one or full_tile_vectors() == 2
-    kio, kii = st.split(ki, STREAM_ROWS, tail="guard" if unrolled else "peel")
+    kio, kii = st.split(ki, STREAM_ROWS if unrolled else STREAM_ROWS_ROLLED,
+                        tail="guard" if unrolled else "peel")
     jo, ji = st.split(j, width, tail="guard")
     if one:
         st.reorder(ko, *rows, kio, jo, kii, ji)

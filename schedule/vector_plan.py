@@ -67,6 +67,7 @@ class VectorPlan:
     increasing: set = field(default_factory=set)    # argmax/argmin whose lane positions grow
     dependent: set = field(default_factory=set)     # ids of value nodes that move with x
     whole: set = field(default_factory=set)         # access_key of LOCAL buffers covered whole
+    in_bounds: set = field(default_factory=set)     # access_key of LOCAL rows every lane fits
     written: set = field(default_factory=set)       # ids of buffers written in the loop
     bound: int = None                               # a constant bound of the extent
     vnni: dict = field(default_factory=dict)        # id(Update) -> VnniDot
@@ -257,6 +258,8 @@ class _Planner:
             self.plan_.width, self.plan_.unroll = self.whole_width(), 1
             self.plan_.whole = {access_key(buf, index) for buf, index in self.plan_.moving
                                 if self.covers_whole(buf, index)}
+        self.plan_.in_bounds = {access_key(buf, index) for buf, index in self.plan_.moving
+                                if self.lanes_in_bounds(buf, index)}
         self.plan_.vnni = self.vnni()
         self.plan_.vnni_widths, self.plan_.bits = self.vnni_widths, self.bits
         return self.plan_
@@ -272,6 +275,23 @@ class _Planner:
         if affine_coefficient(flat, self.var) != 1:
             return False
         return sp.expand(flat.subs(self.var, self.loop.start)) == 0
+
+    def lanes_in_bounds(self, buf, index):
+        """buf[index] is a row of a LOCAL buffer of constant shape that the loop walks
+        from its start, `x` itself as the last index, in chunks that never pass the row's
+        end (the loop's bound a multiple of U*W, at most the row's length): every lane of
+        every chunk is inside the buffer, masked or not, so a masked access can be a
+        plain one (a select keeps the masked-off lanes). The register tile's
+        accumulator then has only plain accesses, which LLVM keeps in registers; one
+        masked access kept all of it in memory (a store per FMA: four rows streamed
+        through a tile, 0.48x numpy)."""
+        if local_flat(buf, index) is None or not index or sp.sympify(index[-1]) != self.var:
+            return False
+        if any(self.var in symbols_of(ix) for ix in index[:-1]):
+            return False
+        bound, chunk = self.plan_.bound, self.plan_.width * self.plan_.unroll
+        return sp.sympify(self.loop.start) == 0 and bound is not None and \
+            bound % chunk == 0 and bound <= int(buf.shape[-1])
 
     def whole_width(self):
         """W = the whole buffer when the loop moves through a LOCAL buffer it covers

@@ -445,20 +445,23 @@ class VectorLoop(AccumulatorMixin):
 
     # ------------------------------------------------------------ memory
     def _read(self, buf, index, mask):
-        """buf[index] for the lanes of the chunk: a whole LOCAL buffer is one plain load
-        (every lane is in bounds), a strided access gathers, others load (masked)."""
+        """buf[index] for the lanes of the chunk: a whole LOCAL buffer, or a row of one
+        that holds every lane (plan.in_bounds), is one plain load; a strided access
+        gathers, others load (masked)."""
         ptr = self.cg.address(buf, index)
-        if access_key(buf, index) in self.plan.whole:
+        if access_key(buf, index) in self.plan.whole | self.plan.in_bounds:
             return self._load(ptr, buf.dtype, None)
         if id(buf) in self.gathering:
             return self._gather(ptr, self.access_step(buf, index), buf.dtype, mask)
         return self._load(ptr, buf.dtype, mask)
 
     def _write(self, buf, index, v, mask):
-        """Store the lanes of `v` (where `mask` is set) to buf[index]; a whole LOCAL buffer
-        takes one plain store (the masked-off lanes keep their values through a select)."""
+        """Store the lanes of `v` (where `mask` is set) to buf[index]; a whole LOCAL buffer,
+        or a row of one that holds every lane, takes one plain store (the masked-off
+        lanes keep their values through a select)."""
         ptr = self.cg.address(buf, index)
-        if access_key(buf, index) in self.plan.whole and mask is not None:
+        if access_key(buf, index) in self.plan.whole | self.plan.in_bounds and \
+                mask is not None:
             old = self._load(ptr, buf.dtype, None)
             v, mask = self.cg.b.select(mask, v, old), None
         self._store(ptr, v, buf.dtype, mask)

@@ -157,3 +157,73 @@ def test_a_weak_reference_nothing_defines_is_null():
     image = elf.Image(obj)        # kept: its code is unmapped with it
     has = ctypes.CFUNCTYPE(ctypes.c_bool)(image.address("has"))
     assert has() is False
+
+
+# two objects that call each other and share one's data: a kernel compiled as two
+# modules (jit.split_module) calls across them in both directions
+CALLER = r"""
+declare i64 @tex_test_far(i64)
+@shared = global i64 40
+define i64 @tex_test_near(i64 %x) {
+  %y = call i64 @tex_test_far(i64 %x)
+  %s = load i64, i64* @shared
+  %r = add i64 %y, %s
+  ret i64 %r
+}
+define i64 @tex_test_back(i64 %x) {
+  %r = mul i64 %x, 3
+  ret i64 %r
+}
+"""
+CALLEE = r"""
+declare i64 @tex_test_back(i64)
+define i64 @tex_test_far(i64 %x) {
+  %y = call i64 @tex_test_back(i64 %x)
+  %r = add i64 %y, 1
+  ret i64 %r
+}
+"""
+
+
+@in_child
+def test_objects_loaded_together_resolve_each_others_symbols():
+    image = elf.Image([obj_of(CALLER), obj_of(CALLEE)])
+    near = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)(image.address("tex_test_near"))
+    assert near(5) == 5 * 3 + 1 + 40
+    # alone, the second object's reference is nothing this process defines
+    with pytest.raises(elf.LoadError, match="tex_test_back"):
+        elf.Image(obj_of(CALLEE))
+
+
+def test_a_large_kernel_is_split_into_two_modules_that_load_as_one():
+    """A matmul's module (its parallel regions reached through pointers, and regions
+    starting regions) splits in two around its regions, each compiles alone, the two
+    objects pack into one cache payload and load as one image; a small module and one
+    with a defined global stay whole."""
+    import numpy as np
+    import tex
+    from tex.backends.llvm import runtime
+    M, N, K = tex.sizes("M N K")
+    i, j, k = tex.indices("i j k")
+    A = tex.tensor("A", (M, K), "float32")
+    B = tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    f = runtime.compile(C, sizes={M: 100, N: 70, K: 33})
+    text = f._sig.built.make_ir()
+    parts = jit.split_module(text)
+    assert len(parts) == 2 and all(".par" in p for p in parts)
+    assert 'define i32 @"tex_C"(' in parts[0] and '@"tex_C"(' not in parts[1]
+    objs = [obj_of(p) for p in parts]
+    payload = jit.pack_objects(objs)
+    assert jit._is_kernel_payload(payload) and jit.unpack_objects(payload) == objs
+    assert not jit._is_kernel_payload(payload[:-1])
+    image = elf.Image(jit.unpack_objects(payload))
+    assert image.address("tex_C")
+    assert jit.split_module("define void @f() {\n  ret void\n}\n") == \
+        ["define void @f() {\n  ret void\n}\n"]
+    with_global = "@g = global i64 0\n" + text
+    assert jit.split_module(with_global) == [with_global]
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((100, 33)).astype(np.float32)
+    b = rng.standard_normal((33, 70)).astype(np.float32)
+    np.testing.assert_allclose(f(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)

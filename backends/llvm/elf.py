@@ -87,13 +87,47 @@ def _round(n, align):
     return (n + align - 1) // align * align
 
 
-class Image:
-    """An object file loaded and relocated; `address(name)` of its global symbols."""
+class _Object:
+    """One relocatable object's section headers and names."""
 
     def __init__(self, obj):
+        self.data = obj
+        (shoff,) = struct.unpack_from("<Q", obj, 0x28)
+        shnum, shstrndx = struct.unpack_from("<HH", obj, 0x3C)
+        self.sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k)
+                         for k in range(shnum)]
+        for _, sh_type, _, _, offset, length, _, _, _, _ in self.sections:
+            if sh_type != SHT_NOBITS and offset + length > len(obj):
+                raise ValueError("a section extends past the end of the file")
+        self.names_at = self.sections[shstrndx][4]
+
+    def name(self, table_offset, at):
+        start = table_offset + at
+        return self.data[start:self.data.index(b"\0", start)].decode()
+
+    def symbols(self):
+        """(name, bind, section index, value) of every symbol, in table order."""
+        for sh_name, sh_type, _, _, offset, length, link, _, _, _ in self.sections:
+            if sh_type != SHT_SYMTAB:
+                continue
+            strings = self.sections[link][4]
+            for st_name, info, _, shndx, value, _ in struct.iter_unpack(
+                    "<IBBHQQ", self.data[offset:offset + length]):
+                yield (self.name(strings, st_name) if st_name else ""), info >> 4, shndx, value
+
+
+class Image:
+    """Object files loaded and relocated together into one mapping: `address(name)` of
+    their global symbols. A symbol one object defines is what the others' references to
+    it resolve to (a kernel compiled as several modules, one per core, calls across
+    them); anything else comes from `define` or the process (libc, libm)."""
+
+    def __init__(self, objs):
         self.size, self.base, self.symbols, self.kept = 0, None, {}, False
+        if isinstance(objs, (bytes, bytearray, memoryview)):
+            objs = [objs]
         try:
-            self._load(bytes(obj))
+            self._load([_Object(bytes(obj)) for obj in objs])
         except (struct.error, IndexError, ValueError) as err:
             raise LoadError(f"tex: a damaged object file ({err})") from None
 
@@ -101,36 +135,26 @@ class Image:
         """The address of the global symbol `name`; KeyError if the image lacks it."""
         return self.symbols[name]
 
-    def _load(self, obj):
-        (shoff,) = struct.unpack_from("<Q", obj, 0x28)
-        shnum, shstrndx = struct.unpack_from("<HH", obj, 0x3C)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", obj, shoff + 64 * k)
-                    for k in range(shnum)]
-        for _, sh_type, _, _, offset, length, _, _, _, _ in sections:
-            if sh_type != SHT_NOBITS and offset + length > len(obj):
-                raise ValueError("a section extends past the end of the file")
-        names_at = sections[shstrndx][4]
-
-        def name(table_offset, at):
-            start = table_offset + at
-            return obj[start:obj.index(b"\0", start)].decode()
-
-        # layout: (flags group, index) -> offset in the image
+    def _load(self, objects):
+        # layout: (object, section) -> offset in the image, by protection group
         groups = ([], [], [])        # executable, read-only, writable
-        for k, (sh_name, sh_type, flags, _, _, _, _, _, _, _) in enumerate(sections):
-            if flags & SHF_ALLOC and name(names_at, sh_name) not in SKIPPED:
-                if sh_type not in (SHT_PROGBITS, SHT_NOBITS) or flags & SHF_TLS:
-                    raise LoadError(f"tex: an object section of type {sh_type:#x} "
-                                    f"({name(names_at, sh_name)})")
-                groups[0 if flags & SHF_EXECINSTR else 2 if flags & SHF_WRITE else 1].append(k)
+        for n, o in enumerate(objects):
+            for k, (sh_name, sh_type, flags, _, _, _, _, _, _, _) in enumerate(o.sections):
+                if flags & SHF_ALLOC and o.name(o.names_at, sh_name) not in SKIPPED:
+                    if sh_type not in (SHT_PROGBITS, SHT_NOBITS) or flags & SHF_TLS:
+                        raise LoadError(f"tex: an object section of type {sh_type:#x} "
+                                        f"({o.name(o.names_at, sh_name)})")
+                    groups[0 if flags & SHF_EXECINSTR else 2 if flags & SHF_WRITE
+                           else 1].append((n, k))
         offsets, spans, size = {}, [], 0
         for prot, group in zip((mmap.PROT_READ | mmap.PROT_EXEC, mmap.PROT_READ,
                                 mmap.PROT_READ | mmap.PROT_WRITE), groups):
             start = size
-            for k in group:
-                size = _round(size, max(sections[k][8], 1))
-                offsets[k] = size
-                size += sections[k][5]
+            for n, k in group:
+                section = objects[n].sections[k]
+                size = _round(size, max(section[8], 1))
+                offsets[n, k] = size
+                size += section[5]
             size = _round(size, PAGE)
             if size > start:
                 spans.append((start, size - start, prot))
@@ -142,44 +166,45 @@ class Image:
                               f"(errno {ctypes.get_errno()})")
         self.base, self.size = base, size
         image = bytearray(size)
-        for k, at in offsets.items():
-            _, sh_type, _, _, offset, length, _, _, _, _ = sections[k]
+        for (n, k), at in offsets.items():
+            _, sh_type, _, _, offset, length, _, _, _, _ = objects[n].sections[k]
             if sh_type == SHT_PROGBITS:
-                image[at:at + length] = obj[offset:offset + length]
-
-        values = self._symbols(obj, sections, offsets, name)
-        for sh_name, sh_type, _, _, offset, length, _, info, _, _ in sections:
-            if sh_type == SHT_RELA and info in offsets:
-                self._relocate(image, obj[offset:offset + length], offsets[info],
-                               sections[info][5], values)
+                image[at:at + length] = objects[n].data[offset:offset + length]
+        # every object's globals first: the others' undefined references resolve to them
+        for n, o in enumerate(objects):
+            for name, bind, shndx, value in o.symbols():
+                if bind and name and (n, shndx) in offsets:
+                    self.symbols[name] = base + offsets[n, shndx] + value
+        for n, o in enumerate(objects):
+            values = self._values(o, n, offsets)
+            for sh_name, sh_type, _, _, offset, length, _, info, _, _ in o.sections:
+                if sh_type == SHT_RELA and (n, info) in offsets:
+                    self._relocate(image, o.data[offset:offset + length], offsets[n, info],
+                                   o.sections[info][5], values)
         ctypes.memmove(base, (ctypes.c_char * size).from_buffer(image), size)
         for start, length, prot in spans:
             if _mprotect(base + start, length, prot) != 0:
                 raise OSError(ctypes.get_errno(), "tex: mprotect of a kernel's pages failed")
 
-    def _symbols(self, obj, sections, offsets, name):
-        """Every symbol's address (by symbol index); the globals into self.symbols."""
+    def _values(self, obj, n, offsets):
+        """The address of each of object n's symbols (by symbol index)."""
         values = []
-        for sh_name, sh_type, _, _, offset, length, link, _, _, _ in sections:
-            if sh_type != SHT_SYMTAB:
-                continue
-            strings = sections[link][4]
-            for st_name, info, _, shndx, value, _ in struct.iter_unpack(
-                    "<IBBHQQ", obj[offset:offset + length]):
-                bind = info >> 4
-                if shndx == SHN_UNDEF:
-                    values.append(_external(name(strings, st_name), bind == STB_WEAK)
-                                  if st_name else 0)
-                elif shndx == SHN_ABS:
-                    values.append(value)
-                elif shndx == SHN_COMMON or shndx >= 0xFF00:
-                    raise LoadError(f"tex: a symbol in special section {shndx:#x}")
-                elif shndx in offsets:
-                    values.append(self.base + offsets[shndx] + value)
-                    if bind and st_name:          # global or weak
-                        self.symbols[name(strings, st_name)] = values[-1]
+        for name, bind, shndx, value in obj.symbols():
+            if shndx == SHN_UNDEF:
+                if not name:
+                    values.append(0)
+                elif name in self.symbols:
+                    values.append(self.symbols[name])
                 else:
-                    values.append(None)           # in a section not loaded (.eh_frame)
+                    values.append(_external(name, bind == STB_WEAK))
+            elif shndx == SHN_ABS:
+                values.append(value)
+            elif shndx == SHN_COMMON or shndx >= 0xFF00:
+                raise LoadError(f"tex: a symbol in special section {shndx:#x}")
+            elif (n, shndx) in offsets:
+                values.append(self.base + offsets[n, shndx] + value)
+            else:
+                values.append(None)           # in a section not loaded (.eh_frame)
         return values
 
     def _relocate(self, image, table, section_at, section_size, values):

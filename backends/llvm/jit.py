@@ -17,7 +17,11 @@ In memory, the images of the most recently used TEX_KERNEL_CACHE_SIZE kernels (d
 Optimization runs in this process for the first IN_PROCESS_COMPILES modules, then in a
 compiler child process (compile_worker.py, restarted every MAX_COMPILES modules):
 llvmlite's pass builder leaks ~100 KB a module, and an LLVM crash there is an error
-here, not the end of the user's interpreter.
+here, not the end of the user's interpreter. A large module (a blocked matmul's) is
+split in two around its parallel regions (`split_module`) and the halves compile at
+once, one here and one in the compiler process (started while the IR is built): the
+first call of a matmul waits for the larger half only. Its objects are cached as one
+payload (`pack_objects`) and loaded as one image.
 
 On disk, the cache is trusted only as far as it is private: its folder is created 0700,
 and a folder or file owned by another user, or writable by group or others, is not
@@ -38,6 +42,7 @@ import hmac
 import importlib.util
 import json
 import os
+import re
 import stat
 import struct
 import sys
@@ -295,11 +300,12 @@ _compiler = []           # the running CompilerProcess, if any
 IN_PROCESS_COMPILES = 32
 
 
-def _compiler_process():
+def _compiler_process(started=False):
     """The compiler process, (re)started as needed; None when this module is compiled
-    in this process: among its first IN_PROCESS_COMPILES, with TEX_COMPILE_IN_PROCESS=1,
-    or when a child process cannot be started."""
-    if STATS["compiled"] <= IN_PROCESS_COMPILES or \
+    in this process: among its first IN_PROCESS_COMPILES (unless `started`: a split
+    module's second half, `compile_objects`), with TEX_COMPILE_IN_PROCESS=1, or when a
+    child process cannot be started."""
+    if (STATS["compiled"] <= IN_PROCESS_COMPILES and not started) or \
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None
     machine = Machine.get()
@@ -341,6 +347,111 @@ def compile_object(ir_text):
         if worker is not None:
             return worker.request(b"o", ir_text)
     return Machine.get().machine.emit_object(optimized_module(ir_text))
+
+
+# a module larger than this (IR text) is compiled as two, in this process and in the
+# compiler process at once: a matmul's 440 KB, 340 ms of LLVM on Zen 5, -> 200 + 140 ms
+# side by side; smaller ones are not worth the second process
+SPLIT_BYTES = 64 * 1024
+# a kernel whose loop nest prints longer than this starts the compiler process while
+# its IR is built (it is about to be split); an elementwise kernel's prints 0.4 KB
+LARGE_NEST_BYTES = 8 * 1024
+
+
+def split_module(ir_text):
+    """The module as [rest, parallel regions] when it is large: its outlined parallel
+    regions (`<kernel>.parN`, reached only through pointers given to the thread
+    runtime, from the body or from another region) are split between the two modules,
+    the largest moving until the second is as large as the first; every region is
+    external and declared in the module that does not define it (the loader resolves
+    one object's references to the other's, elf.Image); declarations, external globals,
+    metadata and internal helpers (vector math) go to both. Anything else (a defined
+    global, or no region) keeps one module."""
+    if len(ir_text) < SPLIT_BYTES or os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
+        return [ir_text]
+    header, shared, defines = [], [], []
+    lines, i = ir_text.split("\n"), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("define "):
+            j = lines.index("}", i)
+            defines.append("\n".join(lines[i:j + 1]))
+            i = j + 1
+            continue
+        if line.startswith("@") and " = external global " not in line:
+            return [ir_text]                   # a defined global: one module owns it
+        if line.startswith(("declare ", "@", "!")):
+            shared.append(line)
+        elif line.strip():
+            header.append(line)
+        i += 1
+    regions = [d for d in defines if _REGION.match(d)]
+    rest = [d for d in defines if not _REGION.match(d)]
+    if not regions:
+        return [ir_text]
+    moved, size = [], sum(map(len, rest))
+    for d in sorted(regions, key=len, reverse=True):
+        if sum(map(len, moved)) < size:
+            moved.append(d)
+        else:
+            rest.append(d)
+            size += len(d)
+    if not moved:
+        return [ir_text]
+    kept = [d for d in defines if d in rest]
+    kept_regions = [d for d in kept if _REGION.match(d)]
+
+    def exported(ds):                  # regions are external: the other module calls them
+        return [d.replace("define internal ", "define ", 1) if _REGION.match(d) else d
+                for d in ds]
+    # internal helpers (vector math) that regions may call: a copy in each module
+    helpers = [d for d in kept if d.startswith("define internal ") and not
+               _REGION.match(d) and not _BODY.match(d)]
+    first = header + [_declaration(d) for d in moved] + shared + exported(kept)
+    second = (header + [_declaration(d) for d in kept_regions] + shared + helpers
+              + exported(moved))
+    return ["\n".join(first) + "\n", "\n".join(second) + "\n"]
+
+
+_REGION = re.compile(r'define internal void @"[^"]+\.par\d+"\(')
+_BODY = re.compile(r'define internal \S+ @"[^"]+\.body"\(')
+
+
+def _declaration(define):
+    """`declare` for a moved region, from its `define internal` line."""
+    head = define.split("\n", 1)[0]
+    m = re.match(r'define internal (\S+) (@"[^"]+")\((.*)\)\s*$', head)
+    params = ", ".join(a.rsplit(" ", 1)[0] for a in m.group(3).split(", ")) if m.group(3) else ""
+    return f"declare {m.group(1)} {m.group(2)}({params})"
+
+
+def compile_objects(texts):
+    """Object bytes of each module; two at once when the compiler process can take one
+    (its reply is awaited on a thread while this one runs LLVM: llvmlite's calls let
+    other threads run, and the compiler process has a lock of its own)."""
+    if len(texts) == 1:
+        return [compile_object(texts[0])]
+    with _lock:
+        worker = _compiler_process(started=True)
+    if worker is None:
+        return [compile_object(t) for t in texts]
+    STATS["compiled"] += 1
+    result = {}
+
+    def far():
+        try:
+            result["obj"] = worker.request(b"o", texts[1])
+        except CompileError as err:
+            result["err"] = err
+    helper = threading.Thread(target=far, name="tex-compile", daemon=True)
+    helper.start()
+    try:
+        near = Machine.get().machine.emit_object(optimized_module(texts[0]))
+    finally:
+        helper.join()
+    if "err" in result:                   # the compiler process died: here, then
+        return [near, Machine.get().machine.emit_object(optimized_module(texts[1]))]
+    return [near, result["obj"]]
 
 
 def assembly(ir_text):
@@ -432,13 +543,50 @@ def _is_relocatable_object(payload):
             and 0 < e_shoff and e_shoff + e_shnum * e_shentsize <= len(payload))
 
 
+PARTS = b"tex-parts\0"      # a kernel compiled as several modules: their objects
+
+
+def pack_objects(objs):
+    """One cache payload for a kernel's objects (a single object as itself)."""
+    if len(objs) == 1:
+        return objs[0]
+    return (PARTS + struct.pack("<I", len(objs))
+            + b"".join(struct.pack("<Q", len(o)) for o in objs) + b"".join(objs))
+
+
+def unpack_objects(payload):
+    """The objects of a payload (`pack_objects`); ValueError if it is damaged."""
+    if not payload.startswith(PARTS):
+        return [payload]
+    at = len(PARTS)
+    (count,) = struct.unpack_from("<I", payload, at)
+    lengths = struct.unpack_from(f"<{count}Q", payload, at + 4)
+    at += 4 + 8 * count
+    if count < 2 or at + sum(lengths) != len(payload):
+        raise ValueError("a damaged multi-object payload")
+    out = []
+    for n in lengths:
+        out.append(payload[at:at + n])
+        at += n
+    return out
+
+
+def _is_kernel_payload(payload):
+    """One ELF relocatable object, or several packed by `pack_objects`."""
+    try:
+        objs = unpack_objects(payload)
+    except (ValueError, struct.error):
+        return False
+    return all(_is_relocatable_object(o) for o in objs)
+
+
 def _cache_path(folder, key, kind):
     if kind == "kernel":
         return os.path.join(folder, key[:2], key + ".o")
     return os.path.join(folder, kind, key + ".o")
 
 
-def read_cached(key, kind="kernel", check=_is_relocatable_object):
+def read_cached(key, kind="kernel", check=_is_kernel_payload):
     """The cached object bytes (or another payload that passes `check`), or None if
     absent, untrusted or damaged (damaged files are removed)."""
     folder = trusted_dir()
@@ -506,9 +654,11 @@ def load(text, symbol, make_ir=None, kind="kernel"):
     return load_key(cache_key(text), symbol, make_ir or (lambda: text), kind)
 
 
-def load_key(key, symbol, make_ir=None, kind="kernel"):
+def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
     """`load` by the cache key itself; without `make_ir`, None on a cache miss (a warm
-    start, backends/llvm/warm.py, which knows the key from an earlier process's record)."""
+    start, backends/llvm/warm.py, which knows the key from an earlier process's record).
+    `large`: the kernel's IR will be large (split_module), so a miss starts the
+    compiler process before building it."""
     with _lock:
         hit = _memory.get(key)
         if hit is not None:
@@ -519,17 +669,17 @@ def load_key(key, symbol, make_ir=None, kind="kernel"):
         if obj is None and make_ir is None:
             return None
         if obj is None:
-            if kind == "kernel" and STATS["compiled"] >= IN_PROCESS_COMPILES:
-                _compiler_process()      # starts while make_ir() builds the IR
+            if kind == "kernel" and (STATS["compiled"] >= IN_PROCESS_COMPILES or large):
+                _compiler_process(started=large)   # starts while make_ir() builds the IR
             ir_text = make_ir()
             if kind == "kernel":
-                obj = compile_object(ir_text)
+                obj = pack_objects(compile_objects(split_module(ir_text)))
             else:     # the runtime: one small module, compiled once per machine, here
                 obj = Machine.get().machine.emit_object(optimized_module(ir_text))
             write_cached(key, obj, kind)
         elif kind == "kernel":
             STATS["disk_hits"] += 1
-        image = elf.Image(obj)
+        image = elf.Image(unpack_objects(obj) if kind == "kernel" else obj)
         try:
             address = image.address(symbol)
         except KeyError:

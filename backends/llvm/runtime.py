@@ -148,7 +148,8 @@ def _build(kernel, symbol, fast_math, bounds_check, deferred):
             f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
     key = jit.cache_key(text)
-    address, image = jit.load_key(key, symbol, make_ir)
+    address, image = jit.load_key(key, symbol, make_ir,
+                                  large=len(text) > jit.LARGE_NEST_BYTES)
     # a kernel without loops has no bounds record (and cannot go out of bounds): 0
     bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
     return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,

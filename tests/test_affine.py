@@ -27,7 +27,12 @@ def affine(draw, depth=0):
     if depth < 1 and draw(st.booleans()):
         other = draw(affine(depth + 1))
         e = draw(st.sampled_from([CeilDiv(sp.Abs(e), draw(st.integers(1, 5))) + other,
-                                  Min(e, other), draw(st.integers(1, 3)) * (e + other)]))
+                                  Min(e, other), draw(st.integers(1, 3)) * (e + other),
+                                  # factors that may be negative: a size times a quotient
+                                  # or a Min of an expression that may be
+                                  draw(st.sampled_from(SYMBOLS)) * CeilDiv(
+                                      e, draw(st.integers(1, 5))),
+                                  draw(st.sampled_from(SYMBOLS)) * Min(e, other)]))
     return e
 
 
@@ -95,3 +100,8 @@ def test_tile_extents_fold_as_sympy_did():
     tail = Min(8, N - 8 * io)
     assert type(tail.xreplace({io: io + 1})) is Min
     assert tail.xreplace({N: sp.Integer(20), io: sp.Integer(2)}) == 4
+    # a product is bounded only when no factor's bound is negative (the review's cases)
+    assert lower_bound(K * CeilDiv(N - 5, 2)) is None
+    assert less(K * CeilDiv(N - 5, 2), 0) not in (sp.true, sp.false)
+    assert at_least(ii * Min(3, N - 1), 0) not in (sp.true, sp.false)
+    assert lower_bound(3 * CeilDiv(N - 5, 2)) == -6      # one factor: c times its bound

@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from isolate import in_child
-from tex.backends.llvm import elf, jit
+from tex.backends.llvm import elf, jit, split
 
 # a writable global (bss), a read-only constant table, a call into libm and one into
 # the image's own code
@@ -160,7 +160,7 @@ def test_a_weak_reference_nothing_defines_is_null():
 
 
 # two objects that call each other and share one's data: a kernel compiled as two
-# modules (jit.split_module) calls across them in both directions
+# modules (split.split_module) calls across them in both directions
 CALLER = r"""
 declare i64 @tex_test_far(i64)
 @shared = global i64 40
@@ -210,7 +210,7 @@ def test_a_large_kernel_is_split_into_two_modules_that_load_as_one():
     C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
     f = runtime.compile(C, sizes={M: 100, N: 70, K: 33})
     text = f._sig.built.make_ir()
-    parts = jit.split_module(text)
+    parts = split.split_module(text)
     assert len(parts) == 2 and all(".par" in p for p in parts)
     assert 'define i32 @"tex_C"(' in parts[0] and '@"tex_C"(' not in parts[1]
     objs = [obj_of(p) for p in parts]
@@ -219,11 +219,21 @@ def test_a_large_kernel_is_split_into_two_modules_that_load_as_one():
     assert not jit._is_kernel_payload(payload[:-1])
     image = elf.Image(jit.unpack_objects(payload))
     assert image.address("tex_C")
-    assert jit.split_module("define void @f() {\n  ret void\n}\n") == \
+    assert split.split_module("define void @f() {\n  ret void\n}\n") == \
         ["define void @f() {\n  ret void\n}\n"]
     with_global = "@g = global i64 0\n" + text
-    assert jit.split_module(with_global) == [with_global]
+    assert split.split_module(with_global) == [with_global]
     rng = np.random.default_rng(0)
     a = rng.standard_normal((100, 33)).astype(np.float32)
     b = rng.standard_normal((33, 70)).astype(np.float32)
     np.testing.assert_allclose(f(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_half_that_fails_gets_the_module_compiled_whole(monkeypatch):
+    """A half LLVM refuses (here: a second half that is not IR) does not fail the
+    kernel: the module is compiled whole instead, in the compiler process."""
+    text = "define i64 @tex_test_whole(i64 %x) {\n  %y = add i64 %x, 2\n  ret i64 %y\n}\n"
+    monkeypatch.setattr(split, "split_module", lambda t: [t, "this is not LLVM IR"])
+    objs = jit.compile_module(text)
+    assert len(objs) == 1
+    assert elf.Image(objs).address("tex_test_whole")

@@ -131,12 +131,14 @@ def _lower_bound(e, expanded):
             continue
         if c < 0:
             return None
+        factors = sp.Mul.make_args(rest)
         low = 1
-        for f in sp.Mul.make_args(rest):
+        for f in factors:
             if not expanded and isinstance(f, (sp.Add, sp.Pow)):
                 return _lower_bound(sp.expand(e), expanded=True)   # (a + b)*c: distribute
             f_low = _atom_lower_bound(f)
-            if f_low is None:
+            # a product of lower bounds bounds the product only when none is negative
+            if f_low is None or f_low < 0 and len(factors) > 1:
                 return None
             low *= f_low
         total += c * low
@@ -182,8 +184,8 @@ class Min(sp.Min):
         if len(kept) == 1:
             return kept[0]
         argset = frozenset(kept)
-        obj = sp.Expr.__new__(cls, *sp.ordered(argset))
-        obj._argset = argset
+        obj = sp.Expr.__new__(cls, *sp.ordered(argset))   # as sympy's MinMaxBase does
+        obj._argset = argset                                # (sympy 1.12-1.14)
         return obj
 
 
@@ -248,7 +250,8 @@ def _lattice(cls, conds, identity, zero):
     if len(args) < 2:
         return args.pop() if args else identity
     argset = frozenset(args)
-    obj = super(AssocOp, cls).__new__(cls, *sp.ordered(argset))   # as LatticeOp does
+    # as sympy's LatticeOp does (sympy 1.12-1.14: canonical argument order, _argset)
+    obj = super(AssocOp, cls).__new__(cls, *sp.ordered(argset))
     obj._argset = argset
     return obj
 

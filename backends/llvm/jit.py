@@ -18,7 +18,7 @@ Optimization runs in this process for the first IN_PROCESS_COMPILES modules, the
 compiler child process (compile_worker.py, restarted every MAX_COMPILES modules):
 llvmlite's pass builder leaks ~100 KB a module, and an LLVM crash there is an error
 here, not the end of the user's interpreter. A large module (a blocked matmul's) is
-split in two around its parallel regions (`split_module`) and the halves compile at
+split in two around its parallel regions (split.py) and the halves compile at
 once, one here and one in the compiler process (started while the IR is built): the
 first call of a matmul waits for the larger half only. Its objects are cached as one
 payload (`pack_objects`) and loaded as one image.
@@ -42,7 +42,6 @@ import hmac
 import importlib.util
 import json
 import os
-import re
 import stat
 import struct
 import sys
@@ -59,15 +58,17 @@ CODEGEN_VERSION = "tex-codegen-3"
 
 
 def _codegen_source_hash():
-    """The code generator's source (this folder's modules, and schedule/stage.py, whose
-    reduction identities it uses): a change to it changes the IR a loop nest turns
-    into, so it is part of every cache key."""
-    # found, not imported: stage.py imports sympy, which a warm start never needs
-    stage = importlib.util.find_spec(__name__.rsplit(".", 3)[0] + ".scheduler.stage").origin
+    """The code generator's source (this folder's modules, schedule/stage.py, whose
+    reduction identities it uses, and schedule/vector_plan.py, whose plans carry more
+    than a printed nest shows): a change to it changes the IR a loop nest turns into,
+    so it is part of every cache key."""
+    # found, not imported: they import sympy, which a warm start never needs
+    package = __name__.rsplit(".", 3)[0] + ".scheduler."
+    scheduler = [importlib.util.find_spec(package + m).origin for m in ("stage", "vector_plan")]
     folder = os.path.dirname(os.path.abspath(__file__))
     paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
     h = hashlib.sha256()
-    for path in paths + [stage]:
+    for path in paths + scheduler:
         with open(path, "rb") as f:
             h.update(os.path.basename(path).encode() + b"\0" + f.read())
     return h.hexdigest()[:16]
@@ -263,8 +264,15 @@ class CompilerProcess:
             [sys.executable, compile_worker.__file__, machine.cpu, machine.features],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
         self.compiles = 0
+        # one request at a time: a split module's half is awaited on another thread,
+        # which may still wait for its reply after a Ctrl-C ended the caller's wait
+        self.lock = threading.Lock()
 
     def request(self, kind, ir_text):
+        with self.lock:
+            return self._request(kind, ir_text)
+
+    def _request(self, kind, ir_text):
         self.compiles += 1
         try:
             self.worker.write_frame(self.proc.stdin, kind + ir_text.encode())
@@ -349,108 +357,44 @@ def compile_object(ir_text):
     return Machine.get().machine.emit_object(optimized_module(ir_text))
 
 
-# a module larger than this (IR text) is compiled as two, in this process and in the
-# compiler process at once: a matmul's 440 KB, 340 ms of LLVM on Zen 5, -> 200 + 140 ms
-# side by side; smaller ones are not worth the second process
-SPLIT_BYTES = 64 * 1024
-# a kernel whose loop nest prints longer than this starts the compiler process while
-# its IR is built (it is about to be split); an elementwise kernel's prints 0.4 KB
-LARGE_NEST_BYTES = 8 * 1024
-
-
-def split_module(ir_text):
-    """The module as [rest, parallel regions] when it is large: its outlined parallel
-    regions (`<kernel>.parN`, reached only through pointers given to the thread
-    runtime, from the body or from another region) are split between the two modules,
-    the largest moving until the second is as large as the first; every region is
-    external and declared in the module that does not define it (the loader resolves
-    one object's references to the other's, elf.Image); declarations, external globals,
-    metadata and internal helpers (vector math) go to both. Anything else (a defined
-    global, or no region) keeps one module."""
-    if len(ir_text) < SPLIT_BYTES or os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
-        return [ir_text]
-    header, shared, defines = [], [], []
-    lines, i = ir_text.split("\n"), 0
-    while i < len(lines):
-        line = lines[i]
-        if line.startswith("define "):
-            j = lines.index("}", i)
-            defines.append("\n".join(lines[i:j + 1]))
-            i = j + 1
-            continue
-        if line.startswith("@") and " = external global " not in line:
-            return [ir_text]                   # a defined global: one module owns it
-        if line.startswith(("declare ", "@", "!")):
-            shared.append(line)
-        elif line.strip():
-            header.append(line)
-        i += 1
-    regions = [d for d in defines if _REGION.match(d)]
-    rest = [d for d in defines if not _REGION.match(d)]
-    if not regions:
-        return [ir_text]
-    moved, size = [], sum(map(len, rest))
-    for d in sorted(regions, key=len, reverse=True):
-        if sum(map(len, moved)) < size:
-            moved.append(d)
-        else:
-            rest.append(d)
-            size += len(d)
-    if not moved:
-        return [ir_text]
-    kept = [d for d in defines if d in rest]
-    kept_regions = [d for d in kept if _REGION.match(d)]
-
-    def exported(ds):                  # regions are external: the other module calls them
-        return [d.replace("define internal ", "define ", 1) if _REGION.match(d) else d
-                for d in ds]
-    # internal helpers (vector math) that regions may call: a copy in each module
-    helpers = [d for d in kept if d.startswith("define internal ") and not
-               _REGION.match(d) and not _BODY.match(d)]
-    first = header + [_declaration(d) for d in moved] + shared + exported(kept)
-    second = (header + [_declaration(d) for d in kept_regions] + shared + helpers
-              + exported(moved))
-    return ["\n".join(first) + "\n", "\n".join(second) + "\n"]
-
-
-_REGION = re.compile(r'define internal void @"[^"]+\.par\d+"\(')
-_BODY = re.compile(r'define internal \S+ @"[^"]+\.body"\(')
-
-
-def _declaration(define):
-    """`declare` for a moved region, from its `define internal` line."""
-    head = define.split("\n", 1)[0]
-    m = re.match(r'define internal (\S+) (@"[^"]+")\((.*)\)\s*$', head)
-    params = ", ".join(a.rsplit(" ", 1)[0] for a in m.group(3).split(", ")) if m.group(3) else ""
-    return f"declare {m.group(1)} {m.group(2)}({params})"
-
-
-def compile_objects(texts):
-    """Object bytes of each module; two at once when the compiler process can take one
-    (its reply is awaited on a thread while this one runs LLVM: llvmlite's calls let
-    other threads run, and the compiler process has a lock of its own)."""
+def compile_module(ir_text):
+    """The object bytes of a module: one object, or two compiled at once for a large
+    module (split.split_module): one half here, the other in the compiler process
+    (whose reply a thread awaits: llvmlite's calls let other threads run). A half that
+    fails (LLVM refuses it, or the compiler process dies on it) gets the module whole
+    compiled instead, in the compiler process when there is one. The half compiled
+    here is outside the compiler process's bound on llvmlite's leak (~100 KB a large
+    kernel)."""
+    from .split import split_module
+    texts = split_module(ir_text) if os.environ.get("TEX_COMPILE_IN_PROCESS") != "1" \
+        else [ir_text]
     if len(texts) == 1:
-        return [compile_object(texts[0])]
+        return [compile_object(ir_text)]
     with _lock:
         worker = _compiler_process(started=True)
     if worker is None:
-        return [compile_object(t) for t in texts]
+        return [compile_object(ir_text)]
     STATS["compiled"] += 1
     result = {}
 
     def far():
         try:
             result["obj"] = worker.request(b"o", texts[1])
-        except CompileError as err:
+        except Exception as err:           # CompileError, or the pipe's own errors
             result["err"] = err
     helper = threading.Thread(target=far, name="tex-compile", daemon=True)
     helper.start()
     try:
         near = Machine.get().machine.emit_object(optimized_module(texts[0]))
+    except RuntimeError as err:            # LLVM refused this half
+        near, result["near"] = None, err
     finally:
         helper.join()
-    if "err" in result:                   # the compiler process died: here, then
-        return [near, Machine.get().machine.emit_object(optimized_module(texts[1]))]
+    if near is None or "err" in result:
+        with _lock:
+            worker = _compiler_process(started=True)
+        return [worker.request(b"o", ir_text) if worker is not None else
+                Machine.get().machine.emit_object(optimized_module(ir_text))]
     return [near, result["obj"]]
 
 
@@ -673,7 +617,7 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
                 _compiler_process(started=large)   # starts while make_ir() builds the IR
             ir_text = make_ir()
             if kind == "kernel":
-                obj = pack_objects(compile_objects(split_module(ir_text)))
+                obj = pack_objects(compile_module(ir_text))
             else:     # the runtime: one small module, compiled once per machine, here
                 obj = Machine.get().machine.emit_object(optimized_module(ir_text))
             write_cached(key, obj, kind)

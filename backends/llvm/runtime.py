@@ -29,7 +29,7 @@ from tex.program import as_program
 from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
-from . import codegen, irtypes, jit, threads
+from . import codegen, irtypes, jit, split, threads
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
 from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  # noqa: F401
@@ -149,7 +149,7 @@ def _build(kernel, symbol, fast_math, bounds_check, deferred):
     threads.runtime()       # the pool and interrupt flag every kernel links against
     key = jit.cache_key(text)
     address, image = jit.load_key(key, symbol, make_ir,
-                                  large=len(text) > jit.LARGE_NEST_BYTES)
+                                  large=len(text) > split.LARGE_NEST_BYTES)
     # a kernel without loops has no bounds record (and cannot go out of bounds): 0
     bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
     return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,

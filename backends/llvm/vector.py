@@ -141,6 +141,8 @@ class VectorLoop(AccumulatorMixin):
         self.override = {}      # id(Access) -> its <W x T> value for the chunk (transposed)
         # one vector covers the loop (a constant bound of at most W lanes): no loop
         self.single = plan.bound is not None and plan.bound <= plan.width * plan.unroll
+        # LOCAL accesses every lane of which is inside the buffer: plain, never masked
+        self.plain = plan.whole | plan.in_bounds
 
     def set_width(self, w):
         self.w = w
@@ -449,7 +451,7 @@ class VectorLoop(AccumulatorMixin):
         that holds every lane (plan.in_bounds), is one plain load; a strided access
         gathers, others load (masked)."""
         ptr = self.cg.address(buf, index)
-        if access_key(buf, index) in self.plan.whole | self.plan.in_bounds:
+        if access_key(buf, index) in self.plain:
             return self._load(ptr, buf.dtype, None)
         if id(buf) in self.gathering:
             return self._gather(ptr, self.access_step(buf, index), buf.dtype, mask)
@@ -460,8 +462,7 @@ class VectorLoop(AccumulatorMixin):
         or a row of one that holds every lane, takes one plain store (the masked-off
         lanes keep their values through a select)."""
         ptr = self.cg.address(buf, index)
-        if access_key(buf, index) in self.plan.whole | self.plan.in_bounds and \
-                mask is not None:
+        if access_key(buf, index) in self.plain and mask is not None:
             old = self._load(ptr, buf.dtype, None)
             v, mask = self.cg.b.select(mask, v, old), None
         self._store(ptr, v, buf.dtype, mask)

@@ -311,7 +311,7 @@ IN_PROCESS_COMPILES = 32
 def _compiler_process(started=False):
     """The compiler process, (re)started as needed; None when this module is compiled
     in this process: among its first IN_PROCESS_COMPILES (unless `started`: a split
-    module's second half, `compile_objects`), with TEX_COMPILE_IN_PROCESS=1, or when a
+    module's second half, `compile_module`), with TEX_COMPILE_IN_PROCESS=1, or when a
     child process cannot be started."""
     if (STATS["compiled"] <= IN_PROCESS_COMPILES and not started) or \
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
@@ -386,8 +386,8 @@ def compile_module(ir_text):
     helper.start()
     try:
         near = Machine.get().machine.emit_object(optimized_module(texts[0]))
-    except RuntimeError as err:            # LLVM refused this half
-        near, result["near"] = None, err
+    except RuntimeError:                   # LLVM refused this half
+        near = None
     finally:
         helper.join()
     if near is None or "err" in result:

@@ -77,7 +77,10 @@ Rules:
   whose lanes are results (inner-parallel rows, column sums).
 - Masks. Guards whose condition moves with x become lane masks; a masked statement
   uses llvm.masked.load/store and masked-off lanes keep the accumulator unchanged (they
-  contribute the identity). A guard that does not move with x stays a branch.
+  contribute the identity). A guard that does not move with x stays a branch. A row of
+  a LOCAL buffer that holds every lane of every chunk (`lanes_in_bounds`: a register
+  tile's row) takes a plain load and a select-store even under a mask, so LLVM keeps
+  the tile in registers (a masked access to it kept the whole tile in memory).
 - Falls back to the scalar loop (vector_plan.py decides; `plan_vector_loop` gives the
   reason): statements other than Store/Update/Guard, a Store to an element that does
   not move with x, an index or guard that is not affine in x, a buffer written in the

@@ -231,9 +231,24 @@ def test_a_large_kernel_is_split_into_two_modules_that_load_as_one():
 
 def test_a_half_that_fails_gets_the_module_compiled_whole(monkeypatch):
     """A half LLVM refuses (here: a second half that is not IR) does not fail the
-    kernel: the module is compiled whole instead, in the compiler process."""
+    kernel: the module is compiled whole instead, where it would have been unsplit."""
     text = "define i64 @tex_test_whole(i64 %x) {\n  %y = add i64 %x, 2\n  ret i64 %y\n}\n"
     monkeypatch.setattr(split, "split_module", lambda t: [t, "this is not LLVM IR"])
     objs = jit.compile_module(text)
     assert len(objs) == 1
     assert elf.Image(objs).address("tex_test_whole")
+
+
+def test_a_compiler_process_that_cannot_run_does_not_fail_a_large_kernel(monkeypatch):
+    """A compiler process that dies at once (an interpreter that is not Python, an
+    environment without subprocesses) costs a split module its second core, not the
+    kernel: the module compiles whole, as it would have unsplit."""
+    import sys
+    text = "define i64 @tex_test_alone(i64 %x) {\n  %y = add i64 %x, 3\n  ret i64 %y\n}\n"
+    monkeypatch.setattr(split, "split_module", lambda t: [t, t.replace("alone", "other")])
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    monkeypatch.setattr(jit, "_compiler", [])
+    monkeypatch.setitem(jit.STATS, "compiled", 0)     # whole, it would compile here
+    objs = jit.compile_module(text)
+    assert len(objs) == 1
+    assert elf.Image(objs).address("tex_test_alone")

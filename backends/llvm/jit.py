@@ -361,9 +361,10 @@ def compile_module(ir_text):
     """The object bytes of a module: one object, or two compiled at once for a large
     module (split.split_module): one half here, the other in the compiler process
     (whose reply a thread awaits: llvmlite's calls let other threads run). A half that
-    fails (LLVM refuses it, or the compiler process dies on it) gets the module whole
-    compiled instead, in the compiler process when there is one. The half compiled
-    here is outside the compiler process's bound on llvmlite's leak (~100 KB a large
+    fails (LLVM refuses it, or the compiler process dies on it or cannot run at all)
+    gets the module compiled whole by `compile_object`, where it would have been
+    without the split: a failed split is never worse than none. The half compiled here
+    is outside the compiler process's bound on llvmlite's leak (~100 KB a large
     kernel)."""
     from .split import split_module
     texts = split_module(ir_text) if os.environ.get("TEX_COMPILE_IN_PROCESS") != "1" \
@@ -391,10 +392,7 @@ def compile_module(ir_text):
     finally:
         helper.join()
     if near is None or "err" in result:
-        with _lock:
-            worker = _compiler_process(started=True)
-        return [worker.request(b"o", ir_text) if worker is not None else
-                Machine.get().machine.emit_object(optimized_module(ir_text))]
+        return [compile_object(ir_text)]       # as if it had never been split
     return [near, result["obj"]]
 
 

@@ -26,6 +26,7 @@ from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite
                     Specialize, Split, SplitK, Unfuse, from_json, to_json)
 from . import fusion
 from .vectorize import plan_vectors, vector_refusal
+from .blocked_sums import blocked_sums
 
 
 def buffers_for(program):
@@ -124,7 +125,7 @@ class Schedule:
         kernel = Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
                         outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
                         params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
-        return plan_vectors(kernel, self.fast_math)
+        return plan_vectors(blocked_sums(kernel), self.fast_math)
 
     # ------------------------------------------------------------ fusion
     def _epilogue(self, root):

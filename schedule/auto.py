@@ -166,8 +166,9 @@ def _auto_blocked(stage):
     """Contractions (matmul and every einsum that is one) get the BLIS-style blocked
     schedule of schedule/blocking.py, when their sum may be reassociated, as a
     specialization for calls with at least a register tile's rows (MR) and two vectors'
-    columns (on AVX-512, narrower register tiles from one vector's columns: below). Below that most of the tile computes padding. Measured against numpy
-    (2048 x K=2048), blocked and as dot products over a packed B (k innermost: the
+    columns (on AVX-512, narrower register tiles from one vector's columns: below).
+    Below that most of the tile computes padding. Measured against numpy (2048 x
+    K=2048), blocked and as dot products over a packed B (k innermost: the
     second specialization, for fewer columns than two vectors): 3 columns 0.27x and
     1.2x, 8 columns 0.18x and 0.48x; 16 columns blocked 0.25x; one column (4096 x
     4096) 0.15x and 0.5-0.9x. Calls with fewer rows and more columns get a

@@ -30,8 +30,8 @@ from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
 from .entry import emit_entry
 from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DEFERRED, STATUS_DETAIL_SHIFT,
-                      STATUS_OK, Builder,
-                      OpContext, const, declare, floor_div, memory_type, self_referential)
+                      STATUS_OK, Builder, OpContext, const, declare, floor_div, memory_type,
+                      self_referential)
 from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better, increasing_better
 from .parallel import ParallelMixin

@@ -185,8 +185,9 @@ class Signature:
         kernel = built.kernel
         self.program, self.kernel, self.symbol = program, kernel, built.symbol
         n_arrays = len(kernel.inputs) + len(kernel.outputs)
+        n_ints = len(kernel.params) + 1                 # the parameters and the thread count
         self.proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                       + [ctypes.c_int64] * (len(kernel.params) + 1)))
+                                                       + [ctypes.c_int64] * n_ints))
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
         self.casting = "safe"    # numpy's casting rule for inputs of another dtype
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)

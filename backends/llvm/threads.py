@@ -31,13 +31,14 @@ oversized team kills the process. This pool is small enough to own:
                                         and its outer loops check it.
 
 Workers are created on demand (at most MAX_WORKERS). A worker that joins a region on
-the caller's CPU (the caller's CPU is the team's `home`, read when the region opens) moves
-to a CPU of its own (`tex_rt_place`, Runtime.place_workers says why). Between regions they spin for
-SPIN_TICKS (a fraction of a millisecond: the next region of the same kernel, or the next
-call from a Python loop, finds them awake), then sleep on a condition variable, so they
-do not hold a core from numpy's BLAS threads for long (a pool that keeps spinning does,
-ANCHORS.md workload 10). The caller waits for the team's end the same way. The struct sizes are glibc's on x86-64 Linux (the only
-target tex runs on): pthread_mutex_t 40 bytes, pthread_cond_t 48 (64-byte slots here),
+the caller's CPU (the caller's CPU is the team's `home`, read when the region opens)
+moves to a CPU of its own (`tex_rt_place`, Runtime.place_workers says why). Between
+regions they spin for SPIN_TICKS (a fraction of a millisecond: the next region of the
+same kernel, or the next call from a Python loop, finds them awake), then sleep on a
+condition variable, so they do not hold a core from numpy's BLAS threads for long (a
+pool that keeps spinning does, ANCHORS.md workload 10). The caller waits for the team's
+end the same way. The struct sizes are glibc's on x86-64 Linux (the only target tex
+runs on): pthread_mutex_t 40 bytes, pthread_cond_t 48 (64-byte slots here),
 struct sigaction 152.
 """
 import ctypes

@@ -259,8 +259,10 @@ def _few_rows_cases(d, roles, rows, mr):
 
 
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)
-STREAM_ROWS = 4         # rows of B a pass over the output row adds (vector times matrix)
+STREAM_ROWS = 4         # rows of B a pass over the output tile adds, unrolled (few rows)
 STREAM_ROWS_ROLLED = 16  # the same for several rows of A when the rows of B are a loop
+ONE_ROW_STREAM = 8      # the same for one row of A (a loop)
+ONE_ROW_VECTORS = 4     # vectors of columns in one row's register tile
 
 
 def _auto_streamed_rows(stage):
@@ -268,12 +270,12 @@ def _auto_streamed_rows(stage):
     one (a size known to be 1: tex.einsum's operands of shape (1, K) are), and column
     sums, sum_k f(B[k, j]) (a vector of ones times B): the
     reduction is split into a call-time number of parts (four a thread when the rows
-    are few), each part streams its block of B's rows, STREAM_ROWS rows at a time, into
-    a register tile of the output row:
+    are few), each part streams its block of B's rows, ONE_ROW_STREAM rows at a time,
+    into a register tile of the output row:
 
-        for ko (parallel): for i: for kio in K / parts / 4:
+        for ko (parallel): for i: for kio in K / parts / 8:
           for jo in N / W:  acc[0..W] = 0
-            for kii in 4 (unrolled): for ji in W (vector): acc[ji] += A[i, k] B[k, j]
+            for kii in 8: for ji in W (vector): acc[ji] += A[i, k] B[k, j]
             C_part[ko, i, j] += acc
 
     B is read once, row after row (1 x 4096 @ 4096 x 4096 float32 on Zen 5: 2.7 ms on
@@ -313,7 +315,7 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     few) are unrolled inside it, each row of B then feeding every row of the output's
     register tile, so that B is still read once."""
     from .blocking import full_tile_vectors
-    width = full_tile_vectors() * target().lanes(d.reduction.dtype)
+    lanes = target().lanes(d.reduction.dtype)
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
     # few rows: the parts rule then gives each thread four parts of a long K
     ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
@@ -328,9 +330,19 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
     # With a tile of two 8-lane vectors (16 registers) the unrolled form is 1.1 MB and
     # the rolled one lost (on AVX2, one thread, m = 2..5 at 65536 x 512: 1.14/1.43/0.87/
     # 0.90x rolled, 1.38/1.70/0.90/1.30x unrolled)
-    unrolled = one or full_tile_vectors() == 2
-    kio, kii = st.split(ki, STREAM_ROWS if unrolled else STREAM_ROWS_ROLLED,
-                        tail="guard" if unrolled else "peel")
+    # One row of A: a tile of four vectors whatever the register count, eight rows of B
+    # a pass as a loop (1 x 4096 @ 4096 x 4096 float32 on one thread, Zen 5: 36-38 GB/s
+    # with the full tile and four unrolled rows, 41-42 now; AVX2 code 28 -> 33-34 GB/s,
+    # numpy 37; 1 x 777 x 4099 0.52 -> 0.93x numpy, column sums of 100000 x 64 1.65 ->
+    # 2.5x). Unrolled with a guard, eight rows made 1.3 MB of IR (a 0.5-1 s first call);
+    # the loop makes 0.2 MB, less than four unrolled rows did (0.65 MB: 307 -> 172 ms).
+    if one:
+        width, pass_rows, unrolled = ONE_ROW_VECTORS * lanes, ONE_ROW_STREAM, False
+    else:
+        width = full_tile_vectors() * lanes
+        unrolled = full_tile_vectors() == 2
+        pass_rows = STREAM_ROWS if unrolled else STREAM_ROWS_ROLLED
+    kio, kii = st.split(ki, pass_rows, tail="guard" if unrolled else "peel")
     jo, ji = st.split(j, width, tail="guard")
     if one:
         st.reorder(ko, *rows, kio, jo, kii, ji)
@@ -338,7 +350,7 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name):
         st.reorder(ko, kio, jo, kii, *rows, ji)
         for x in rows:
             st.unroll(x)
-    if unrolled:
+    if unrolled or one:
         st.unroll(kii)
     if one:     # a column sum of any f(X[i, j]): f may refuse vectors, so checked
         st.vectorize(ji)

@@ -124,3 +124,24 @@ def test_fma_peak_kernel_keeps_its_chains():
     asm = bench._fma_kernels().asm
     if "x86" in platform.machine() or platform.machine() == "AMD64":
         assert "vfmadd" in asm
+
+
+def test_bench_for_another_cpu_measures_its_code(run, tmp_path):
+    """--cpu haswell on any AVX2 host: the FMA peak is that target's code (ymm, not zmm),
+    and the JSON says which code the figures are of; a CPU tex does not know is refused
+    with the names it knows."""
+    from tex.scheduler.target import missing_here, named
+    if missing_here(named("haswell")):
+        pytest.skip("haswell's code cannot run on this host")
+    path = tmp_path / "peak.json"
+    out = run("-m", "tex", "bench", "--cpu", "haswell", "--filter", "fma_peak_f32",
+              "--repeat", "1", "--json", str(path))
+    assert "code for haswell" in out, out
+    doc = json.loads(path.read_text())
+    assert doc["environment"]["target"]["cpu"] == "haswell"
+    (peak,) = doc["results"]
+    notes = str(peak["extra"])
+    assert peak["error"] is None and "ymm" in notes and "zmm" not in notes, notes
+    proc = subprocess.run([sys.executable, "-m", "tex", "bench", "--cpu", "pentium42"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--cpu pentium42" in proc.stderr and "haswell" in proc.stderr

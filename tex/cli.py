@@ -20,6 +20,15 @@ from tex.backends.llvm import jit
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    if getattr(args, "cpu", None) or getattr(args, "caches", None):
+        try:
+            env = _target_env(args)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if env:
+            return subprocess.call([sys.executable, "-m", "tex", *argv],
+                                   env=dict(os.environ, **env))
     return args.command(args, argv)
 
 
@@ -30,6 +39,38 @@ def _einsum_operands(parser, shapes_help):
                         help=shapes_help)
     parser.add_argument("--dtype", default="float32",
                         choices=[d.name for d in tex.dtypes_supported])
+
+
+def _target_options(parser):
+    """--cpu / --caches: generate code and derive every heuristic for another CPU
+    (TEX_CPU / TEX_CACHES), e.g. the AVX2 path on an AVX-512 machine."""
+    parser.add_argument("--cpu", metavar="NAME",
+                        help="generate code for this CPU (LLVM's name: haswell, znver3, "
+                             "skylake-avx512, ...): TEX_CPU; FMA peaks are then that code's")
+    parser.add_argument("--caches", metavar="L1,L2,L3",
+                        help="cache sizes the blocking assumes, e.g. 32K,512K,32M: TEX_CACHES")
+
+
+def _target_env(args):
+    """The environment variables --cpu / --caches ask for that this process lacks ({}
+    when none): the command starts again with them, as --threads does (tex reads the
+    target once; numpy's BLAS its threads at import). A CPU tex does not know, or one
+    whose code this host cannot run, is refused here with the reason."""
+    from .scheduler.target import _parse_caches, missing_here, named
+    want = {}
+    if args.cpu:
+        try:
+            missing = missing_here(named(args.cpu))
+        except ValueError as err:                       # it names the CPUs tex knows
+            raise ValueError(f"--cpu {args.cpu}: {err}") from None
+        if missing:
+            raise ValueError(f"--cpu {args.cpu}: this host lacks {', '.join(missing)}, "
+                             "so its code cannot run here")
+        want["TEX_CPU"] = args.cpu
+    if args.caches:
+        _parse_caches(args.caches)
+        want["TEX_CACHES"] = args.caches
+    return {k: v for k, v in want.items() if os.environ.get(k) != v}
 
 
 def _parser():
@@ -46,6 +87,7 @@ def _parser():
     _einsum_operands(e, 'one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
     e.add_argument("--show", action="store_true", help="also print the LLVM IR")
     e.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
+    _target_options(e)
     e.set_defaults(command=einsum_command)
 
     t = sub.add_parser("tune", help="search the schedule of one einsum (tex.tune) and record "
@@ -67,6 +109,7 @@ def _parser():
     b.add_argument("--dask", action="store_true",
                    help="tex over dask arrays on a LocalCluster instead (tex/dask_bench.py)")
     b.add_argument("--big", action="store_true", help="with --dask: issue 15's sizes")
+    _target_options(b)
     b.set_defaults(command=bench_command)
     return p
 
@@ -293,6 +336,11 @@ def bench_command(args, argv):
         print(f"no workload matches {args.filter!r}; see --list", file=sys.stderr)
         return 2
     opts = bench.Options(repeat=args.repeat)
+    if os.environ.get("TEX_CPU") or os.environ.get("TEX_CACHES"):
+        t = bench.code_target()
+        print(f"code for {t['cpu']} (TEX_CPU), caches "
+              f"{', '.join(f'{k} {v >> 10} KiB' for k, v in t['caches'].items())}; "
+              f"this host: {bench.environment(opts)['cpu']}")
     results = bench.run(names, opts)
     print("numpy/tex above 1 means tex is faster (medians of interleaved runs).")
     if args.json:

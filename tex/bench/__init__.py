@@ -28,5 +28,5 @@ from .harness import (BLAS, SETTLE_S, WORKLOADS, Options, Result, blas_threads, 
                       check_close, compare, interleave, interleave_all, match_blas_threads,
                       tex_threads, time_per_call, workload)
 from .peak import _fma_kernels, clock_ghz, fma_chains, fma_peak, fma_peak_gflops  # noqa: F401
-from .report import (HEADER, cpu_description, environment, format_seconds,  # noqa: F401
-                     run, select, threads_cell, write_json)
+from .report import (HEADER, code_target, cpu_description, environment,  # noqa: F401
+                     format_seconds, run, select, threads_cell, write_json)

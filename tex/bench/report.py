@@ -49,6 +49,15 @@ def cpu_description():
     return f"{model} ({llvm.get_host_cpu_name()}, {t.vector_bits}-bit vectors, {t.cores} cores)"
 
 
+def code_target():
+    """The CPU tex generated code for (--cpu / TEX_CPU, else the host's), its vector
+    features and the cache sizes its blocking assumed."""
+    from tex.scheduler.target import target
+    t = target()
+    return {"cpu": t.cpu, "features": t.features,
+            "caches": {f"L{level}": size for level, size in t.caches}}
+
+
 def environment(opts):
     """What the figures depend on, stored with them in the JSON file."""
     import llvmlite
@@ -60,6 +69,7 @@ def environment(opts):
         "llvmlite": llvmlite.__version__,
         "tex": tex.__version__,
         "cpu": llvm.get_host_cpu_name(),
+        "target": code_target(),
         "cpu_description": cpu_description(),
         "cpus_available": len(os.sched_getaffinity(0)),
         "tex_threads": tex.get_num_threads(),

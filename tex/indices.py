@@ -196,6 +196,11 @@ def less(a, b, strict=True):
     return _relation(sp.StrictLessThan if strict else sp.LessThan, a, b)
 
 
+def greater(a, b):
+    """`a > b` as a sympy relation, decided like `less` (a StrictGreaterThan when kept)."""
+    return _relation(sp.StrictGreaterThan, a, b)
+
+
 def at_least(a, b):
     """`a >= b` as a sympy relation, decided like `less` (a GreaterThan when kept)."""
     return _relation(sp.GreaterThan, a, b)

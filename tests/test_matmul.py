@@ -342,7 +342,7 @@ def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dt
     assert n_choices >= 3
     assert len(f._sig.built.deferred) == n_choices - 1       # the full-tile one built
     rng = np.random.default_rng(7)
-    seen = [f._sig.built.deferred]
+    seen = [f._sig.deferred]
     for m, n, k in [(256, 256, 256), (63, 7, 65), (2, 1000, 3), (1000, 7, 1), (65, 65, 65),
                     (1, 1, 1), (63, 7, 65)]:
         a, b = operands(rng, m, n, k, dtype)
@@ -352,12 +352,47 @@ def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dt
         raw = np.empty(a.nbytes + 1, np.uint8)[1:].view(dtype).reshape(a.shape)  # misaligned
         raw[...] = a
         np.testing.assert_allclose(f(raw, b), a @ b, rtol=1e-4, atol=1e-4)
-        if f._sig.built.deferred != seen[-1]:
-            assert f._sig.built.deferred < seen[-1]             # only ever grows
-            seen.append(f._sig.built.deferred)
-    assert len(seen) <= n_choices
+        if f._sig.deferred != seen[-1]:
+            assert f._sig.deferred < seen[-1]             # only ever grows
+            seen.append(f._sig.deferred)
+        # a new choice is a build of its own: the nests built before are not rebuilt
+        assert all(len(b.deferred) == n_choices - 1 for b in f._sig.builds)
+    assert len(seen) <= n_choices and len(f._sig.builds) == len(seen)
     full = runtime.compile(matmul(dtype), sizes=runtime.EVERY)
     assert not full._sig.built.deferred
+
+
+def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
+    """Two products in one kernel (E = (A @ B) @ D), each stage with specializations: a
+    call needs one choice of each stage; a new combination builds its choices next to
+    the other stage's (never a ping-pong between builds that each lack one), and calls
+    alternating between combinations run the builds they need."""
+    from tex.backends.llvm import codegen
+    i, j, k, l = tex.indices("i j k l")
+    L = tex.sizes("L")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    D = tex.tensor("D", (N, L), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    E = tex.compute("E", (i, l), tex.sum(C[i, j] * D[j, l], over=j))
+    f = tex.compile(E)
+    n_choices = len(codegen.choices(f.kernel))
+    rng = np.random.default_rng(11)
+    shapes = [(64, 5, 70, 65), (2, 5, 70, 3), (64, 9, 3, 65), (1, 3, 2, 65), (64, 5, 70, 65),
+              (2, 5, 70, 3), (3, 64, 64, 1)]
+    builds = []
+    for _ in range(2):
+        for m, kk, n, ll in shapes:
+            a = rng.standard_normal((m, kk)).astype(np.float32)
+            b = rng.standard_normal((kk, n)).astype(np.float32)
+            d = rng.standard_normal((n, ll)).astype(np.float32)
+            want = (a.astype(np.float64) @ b @ d).astype(np.float32)
+            np.testing.assert_allclose(f(a, b, d), want, rtol=1e-4, atol=1e-4 * kk * n)
+        builds.append(len(f._sig.builds))
+    # at most a build per combination of choices (and the first, empty one: tex.compile
+    # builds nothing before a call), all made in the first round; the calls that kept
+    # switching builds got one build of every choice so far
+    assert builds[0] <= len(set(shapes)) + 1 and len(f._sig.deferred) < n_choices
+    assert builds[1] <= builds[0] + 1 and not f._sig.built.deferred - f._sig.deferred
 
 
 def test_tex_compile_builds_at_the_first_call_what_the_call_runs():
@@ -408,7 +443,7 @@ def test_few_rows_stream_b_once_into_a_tile_of_every_row(cpu, dtype, counts):
                         wide = rng.standard_normal((kk, 2 * n)).astype(dtype)
                         check(f(a, wide[:, ::2]), expected(a, wide[:, ::2]), kk)
             # the counts called built their own choices, and only those
-            built = len(codegen.choices(f.kernel)) - len(f._sig.built.deferred)
+            built = len(codegen.choices(f.kernel)) - len(f._sig.deferred)
             assert built <= len(counts)
     finally:
         tex.set_num_threads(before)

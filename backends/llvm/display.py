@@ -14,13 +14,17 @@ def compiled_html(f):
     params = ", ".join(f.param_names)
     # the IR of the kernel as built so far: the nests no call has needed yet are left
     # out (f.llvm_ir has them all; for a symbolic matmul, 4 MB of text)
-    built = f._sig.built
+    # (a nest a later call needed is a build of its own: the one the last call ran is
+    # shown)
+    built, builds = f._sig.built, len(f._sig.builds)
     ir = built.make_ir()
     ir_lines = len(ir.splitlines())
-    left = len(built.deferred)
-    what = f"LLVM IR ({ir_lines} lines" + (f"; {left} specialized nests not built yet: "
-                                            "f.llvm_ir has every nest)" if left else ")")
-    if f._asm is not None or (ir_lines <= html.ASM_IR_LINES and not left):
+    left = len(f._sig.deferred)
+    what = (f"LLVM IR ({ir_lines} lines" +
+            (f" of the last call's build, one of {builds}" if builds > 1 else "") +
+            (f"; {left} specialized nests not built yet: f.llvm_ir has every nest)"
+             if left else ")"))
+    if f._asm is not None or (ir_lines <= html.ASM_IR_LINES and not built.deferred):
         asm = details(f"assembly ({len(f.asm.splitlines())} lines)", f.asm)
     else:
         asm = (f"<div>assembly: not generated for display ({ir_lines} lines of IR); "

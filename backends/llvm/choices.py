@@ -1,0 +1,103 @@
+"""Which of a kernel's specialized nests (codegen.choices: a stage's specializations
+and its own nest, chosen by size) a call runs. A kernel is built with the nests its
+calls need (runtime.compile_kernel, Signature.build_choice); a call whose nest a build
+left out gets STATUS_DEFERRED, and the call's choices, one a stage, are decided here
+from its sizes and parameters: by sympy at build time (`not_taken`), by generated
+Python at a call (`decider`: microseconds, where sympy took 2.5 ms)."""
+import builtins
+
+import sympy as sp
+
+from tex.expr import CeilDiv
+
+from . import codegen
+
+
+def not_taken(kernel, sizes):
+    """The numbers of the choices (codegen.choices) whose conditions hold at none of
+    `sizes` ([{Size: value}] or one dict); a condition that a call's sizes do not decide
+    (a call-time parameter) counts as taken."""
+    calls = [sizes] if isinstance(sizes, dict) else sizes
+    out = set()
+    for n, guard in enumerate(codegen.choices(kernel)):
+        cond = sp.sympify(guard.cond)
+        if all(cond.xreplace({s: sp.Integer(v) for s, v in call.items()}) is sp.false
+               for call in calls):
+            out.add(n)
+    return frozenset(out)
+
+
+def call_values(kernel, inputs, params):
+    """{size or parameter: its value} at a call with these inputs and parameters."""
+    values = {s: inputs[pos].shape[axis] for s, (pos, axis) in kernel.bindings.items()}
+    values.update(zip(kernel.params, params))
+    return values
+
+
+def decider(kernel):
+    """`not_taken_at(values)`: not_taken(kernel, values) for one call's `call_values`,
+    as generated Python (a condition it cannot write goes to sympy)."""
+    conds = [sp.sympify(g.cond) for g in codegen.choices(kernel)]
+    symbols = sorted(set().union(*(c.free_symbols for c in conds)), key=str)
+    names = {s: f"_v[_s{k}]" for k, s in enumerate(symbols)}
+    scope = {f"_s{k}": s for k, s in enumerate(symbols)}
+    tests = []
+    for n, c in enumerate(conds):
+        try:
+            tests.append(pycond(c, names))
+        except NotImplementedError:
+            scope[f"_c{n}"] = c
+            tests.append(f"(_c{n}.xreplace({{s: _int(v) for s, v in _v.items()}}) is not _false)")
+    scope.update(_int=sp.Integer, _false=sp.false)
+    src = ("def not_taken_at(_v):\n"
+           "    return frozenset(n for n, held in enumerate((" +
+           "".join(f"{t}, " for t in tests) + ")) if not held)\n")
+    exec(builtins.compile(src, "<tex choices>", "exec"), scope)
+    return scope["not_taken_at"]
+
+
+_RELATIONS = {sp.Eq: "==", sp.Ne: "!=", sp.StrictLessThan: "<", sp.LessThan: "<=",
+              sp.StrictGreaterThan: ">", sp.GreaterThan: ">="}
+
+
+def pycond(c, names):
+    """A sympy condition on sizes as Python source over the variables in `names`."""
+    if c is sp.true or c is sp.false:
+        return str(bool(c))
+    if isinstance(c, (sp.And, sp.Or)):
+        joint = " and " if isinstance(c, sp.And) else " or "
+        return "(" + joint.join(pycond(a, names) for a in c.args) + ")"
+    if isinstance(c, sp.Not):
+        return f"(not {pycond(c.args[0], names)})"
+    op = _RELATIONS.get(type(c))
+    if op is None:
+        raise NotImplementedError(f"condition {c} ({type(c).__name__})")
+    return f"({pyexpr(c.lhs, names)} {op} {pyexpr(c.rhs, names)})"
+
+
+def pyexpr(e, names):
+    """A sympy size expression as Python source over the variables in `names`."""
+    e = sp.sympify(e)
+    if e.is_Integer:
+        return str(int(e))
+    if e.is_Symbol:
+        return names[e]
+    if isinstance(e, sp.Add):
+        return "(" + " + ".join(pyexpr(a, names) for a in e.args) + ")"
+    if isinstance(e, sp.Mul):
+        num, den = sp.fraction(e)
+        if den != 1:
+            raise NotImplementedError(f"size expression {e} is not an integer")
+        return "(" + " * ".join(pyexpr(a, names) for a in e.args) + ")"
+    if isinstance(e, CeilDiv):
+        return f"(-((-{pyexpr(e.args[0], names)}) // {pyexpr(e.args[1], names)}))"
+    if isinstance(e, (sp.floor, sp.ceiling)):
+        num, den = sp.fraction(sp.together(e.args[0]))
+        n, d = pyexpr(num, names), pyexpr(den, names)
+        return f"({n} // {d})" if isinstance(e, sp.floor) else f"(-((-{n}) // {d}))"
+    if isinstance(e, sp.Mod):
+        return f"({pyexpr(e.args[0], names)} % {pyexpr(e.args[1], names)})"
+    if isinstance(e, (sp.Min, sp.Max)):
+        fn = "min" if isinstance(e, sp.Min) else "max"
+        return f"{fn}({', '.join(pyexpr(a, names) for a in e.args)})"
+    raise NotImplementedError(f"size expression {e} ({type(e).__name__})")

@@ -442,8 +442,17 @@ class VectorLoop(AccumulatorMixin):
             return self.splat(cg.condition(c))
         if isinstance(c, sp.Not):
             return b.not_(self._lane_condition(c.args[0]))
+        # the lanes of one relation: the same for every unrolled row of a register tile
+        # whose mask is (row inside) & (lanes inside), so made once per chunk
+        return cg._reuse(("lanes", id(self), c, cg._bound([c])), lambda: self._lanes(c))
+
+    def _lanes(self, c):
+        b = self.cg.b
         d = c.lhs - c.rhs
-        lanes = b.add(self.splat(cg.index(d)), b.mul(self.splat(self.step(d)), self.iota))
+        step = self.step(d)
+        lanes = self.iota if isinstance(step, ir.Constant) and step.constant == 1 else \
+            b.mul(self.splat(step), self.iota)
+        lanes = b.add(self.splat(self.cg.index(d)), lanes)
         ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
                sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
         return b.icmp_signed(ops[type(c)], lanes, ir.Constant(lanes.type, 0))

@@ -27,6 +27,7 @@ from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite
 from . import fusion
 from .vectorize import plan_vectors, vector_refusal
 from .blocked_sums import blocked_sums
+from .edge_tiles import edge_tiles
 
 
 def buffers_for(program):
@@ -125,7 +126,7 @@ class Schedule:
         kernel = Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
                         outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
                         params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
-        return plan_vectors(blocked_sums(kernel), self.fast_math)
+        return plan_vectors(edge_tiles(blocked_sums(kernel)), self.fast_math)
 
     # ------------------------------------------------------------ fusion
     def _epilogue(self, root):

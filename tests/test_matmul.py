@@ -486,3 +486,35 @@ def test_a_condition_that_fixes_a_size_makes_it_constant_in_the_specialization()
     for m, n, kk in [(3, 16, 5), (3, 65, 7), (2, 16, 5), (4, 70, 9)]:
         a, b = operands(rng, m, n, kk, "float32")
         check(f(a, b), expected(a, b), kk)
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_an_edge_tile_updates_only_the_vectors_of_columns_it_has(cpu, dtype):
+    """schedule/edge_tiles.py: the register tile at the right edge runs an update loop
+    of as many vectors as it has columns (the printed nest shows the versions); every
+    remainder of N by the tile's width, from one column to one short of the tile,
+    gives numpy's product, with 1 and 3 threads, and with a strided B."""
+    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    rng = np.random.default_rng(17)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(t):
+            text = str(tex.schedule(matmul(dtype)).auto())
+            versions = re.findall(r"# edge tile: (\d+) of (\d+) vectors", text)
+            assert versions, text
+            vectors = int(versions[0][1])
+            width = vectors * t.lanes(dtype)
+            assert sorted({int(c) for c, _ in versions}) == list(range(1, vectors))
+            f = tex.compile(matmul(dtype))
+            for threads in (1, 3):
+                tex.set_num_threads(threads)
+                for rem in sorted({1, t.lanes(dtype) - 1, t.lanes(dtype), t.lanes(dtype) + 1,
+                                   width // 2, width - 1}):
+                    n = 2 * width + rem if width >= 48 else 3 * width + rem
+                    a, b = operands(rng, 13, n, 37, dtype)
+                    check(f(a, b), expected(a, b), 37)
+                    wide = rng.standard_normal((37, 2 * n)).astype(dtype)
+                    check(f(a, wide[:, ::2]), expected(a, wide[:, ::2]), 37)
+    finally:
+        tex.set_num_threads(before)

@@ -50,22 +50,37 @@ def blocked_sums(kernel):
     keeps its plain loop: blocks cost each row 2-4 ns (float32 384 x 512 row sums,
     7.0 -> 8.0 us), and a row rarely has the millions of terms where they matter."""
     used = {n.var.name for n in walk(kernel) if isinstance(n, Loop)}
-    return _outermost(kernel, used)
+    (out,) = _outermost(kernel, used)
+    return out
 
 
 def _outermost(node, used):
+    """`node` with its totals blocked, as a tuple of statements."""
     if isinstance(node, Loop):
         nest = _sum_nest(node)
         if nest is None or not _many_terms(nest[0]):
-            return node
+            return (node,)
         loops, update = nest
-        (out,) = _level(loops, update, update.buffer, update.index, used, outermost=True)
-        return out
+        row = loops[-1]
+        long_rows = greater(row.extent, BLOCK) if len(loops) > 1 else sp.false
+        if long_rows in (sp.true, sp.false) or \
+                any(loop.var in symbols_of(row.extent) for loop in loops):
+            return _level(loops, update, update.buffer, update.index, used, True)
+        # rows that may be long: a version of the nest with them in blocks and one
+        # without, chosen once (a test in the innermost loop, which LLVM's O3 unswitches
+        # through every loop around it, took 0.33 s of LLVM for a six-index total)
+        return (Guard(long_rows, _level(loops, update, update.buffer, update.index, used,
+                                        True, long_rows=True), note="long rows"),
+                Guard(negation(long_rows), _level(loops, update, update.buffer,
+                                                  update.index, used, True,
+                                                  long_rows=False), note="short rows"))
     body = children(node)
     if not body:
-        return node
-    new = tuple(_outermost(c, used) for c in body)
-    return node if all(a is b for a, b in zip(new, body)) else node.replace(body=new)
+        return (node,)
+    new = tuple(n for c in body for n in _outermost(c, used))
+    if len(new) == len(body) and all(a is b for a, b in zip(new, body)):
+        return (node,)
+    return (node.replace(body=new),)
 
 
 def _sum_nest(loop):
@@ -101,8 +116,9 @@ def _long(loop, size):
     return not (extent.is_Integer and int(extent) <= size)
 
 
-def _level(loops, update, target, index, used, outermost=False):
-    """The statements of `loops[0]`'s level, adding its terms into target[index]."""
+def _level(loops, update, target, index, used, outermost=False, long_rows=None):
+    """The statements of `loops[0]`'s level, adding its terms into target[index];
+    `long_rows`: whether the innermost rows are longer than BLOCK (None: a test)."""
     loop, inner = loops[0], loops[1:]
     dtype = update.buffer.dtype
     extent = sp.sympify(loop.extent)
@@ -110,7 +126,7 @@ def _level(loops, update, target, index, used, outermost=False):
 
     def into(acc, acc_index):           # the level's body, adding into acc[acc_index]
         if inner:
-            return _level(inner, update, acc, acc_index, used)
+            return _level(inner, update, acc, acc_index, used, long_rows=long_rows)
         return (Update(acc, acc_index, "sum", update.value, update.fast_math),)
 
     def local(what):
@@ -137,19 +153,24 @@ def _level(loops, update, target, index, used, outermost=False):
         return (Loop(superblock, CeilDiv(extent, FAN * size),
                      from_zero(sup, (in_blocks,), total, total_index), reduction=True),)
 
-    if not _long(loop, size):
+    if not _long(loop, size) or (inner and not outermost):
         if outermost:
             return (loop.replace(body=into(target, index)),)
-        part = local("_part")                 # a row of a nest: its own sum
+        # a row of a nest: its own sum; only the innermost rows get blocks when long
+        # (versions at every level would double the code a level: 7 levels, 64 copies)
+        part = local("_part")
         return from_zero(part, (loop.replace(body=into(part, ())),), target, index)
     if outermost:
         return blocks(target, index)
     part = local("_part")                     # a row that may be long: blocks if it is
-    long_row = greater(extent, size)
+    long_row = greater(extent, size) if long_rows is None else sp.true if long_rows \
+        else sp.false
+    row = from_zero(part, (loop.replace(body=into(part, ())),), target, index)
+    if long_row is sp.false:
+        return row
     in_blocks = from_zero(part, blocks(part, ()), target, index)
     if long_row is sp.true:
         return in_blocks
-    row = from_zero(part, (loop.replace(body=into(part, ())),), target, index)
     return (Guard(long_row, in_blocks, note="long row"),
             Guard(negation(long_row), row, note="short row"))
 

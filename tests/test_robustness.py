@@ -351,3 +351,24 @@ def test_generated_einsums_never_trip_the_bounds_check(case):
     inputs = [operands[position[t]] for t in program.inputs]
     got = tex.compile(program, bounds_check=True)(*inputs)
     assert_close(got[()] if got.ndim == 0 else got, expected, subscripts, operands)
+
+
+@in_child
+def test_a_size_condition_dividing_by_a_size_of_zero_does_not_stop_the_process():
+    """A specialization on `Eq(Mod(N, K), 0)` called with K = 0: the kernel's test of
+    the condition divided by zero natively (SIGFPE ended the interpreter); it now
+    divides by 1 there, sympy keeps the condition undecided, and the call gives numpy's
+    (empty-sum) result. In a child process."""
+    import sympy as sp
+    M, N, K = tex.sizes("M N K")
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    s = tex.schedule(C)
+    s[C].specialize(sp.Eq(sp.Mod(N, K), 0))
+    f = tex.compile(s)
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 8), np.float32)
+    np.testing.assert_array_equal(f(a, b), a @ b)
+    a0, b0 = np.ones((3, 0), np.float32), np.ones((0, 8), np.float32)
+    np.testing.assert_array_equal(f(a0, b0), np.zeros((3, 8), np.float32))
+    np.testing.assert_array_equal(f(a, b), a @ b)

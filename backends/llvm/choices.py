@@ -21,10 +21,18 @@ def not_taken(kernel, sizes):
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
         cond = sp.sympify(guard.cond)
-        if all(cond.xreplace({s: sp.Integer(v) for s, v in call.items()}) is sp.false
-               for call in calls):
+        if all(_at(cond, call) is sp.false for call in calls):
             out.add(n)
     return frozenset(out)
+
+
+def _at(cond, values):
+    """cond at these values; a condition sympy cannot evaluate there (Mod(N, K) at
+    K = 0) is kept, so it counts as taken."""
+    try:
+        return cond.xreplace({s: sp.Integer(v) for s, v in values.items()})
+    except (ZeroDivisionError, TypeError, ValueError):
+        return cond
 
 
 def call_values(kernel, inputs, params):
@@ -47,13 +55,20 @@ def decider(kernel):
             tests.append(pycond(c, names))
         except NotImplementedError:
             scope[f"_c{n}"] = c
-            tests.append(f"(_c{n}.xreplace({{s: _int(v) for s, v in _v.items()}}) is not _false)")
-    scope.update(_int=sp.Integer, _false=sp.false)
+            tests.append(f"(_at(_c{n}, _v) is not _false)")
+    scope.update(_at=_at, _false=sp.false)
     src = ("def not_taken_at(_v):\n"
            "    return frozenset(n for n, held in enumerate((" +
            "".join(f"{t}, " for t in tests) + ")) if not held)\n")
     exec(builtins.compile(src, "<tex choices>", "exec"), scope)
-    return scope["not_taken_at"]
+    fast = scope["not_taken_at"]
+
+    def not_taken_at(values):
+        try:
+            return fast(values)
+        except (KeyError, TypeError, ZeroDivisionError):   # a value missing, a size of 0
+            return not_taken(kernel, values)                # sympy decides, or keeps
+    return not_taken_at
 
 
 _RELATIONS = {sp.Eq: "==", sp.Ne: "!=", sp.StrictLessThan: "<", sp.LessThan: "<=",

@@ -146,7 +146,12 @@ def const(dt, value):
 
 
 def floor_div(b, a, d):
-    """Python's a // d for i64 (d != 0): sdiv rounds toward zero, floor rounds down."""
+    """Python's a // d for i64: sdiv rounds toward zero, floor rounds down. A divisor
+    known only at the call that is 0 there (a size or parameter in a condition that
+    chooses among a stage's nests, which all compute the same result: `Eq(Mod(N, K),
+    0)` called with K = 0) divides by 1: sdiv by 0 stops the process (SIGFPE)."""
+    if not isinstance(d, ir.Constant):
+        d = b.select(b.icmp_signed("==", d, ir.Constant(I64, 0)), ir.Constant(I64, 1), d)
     q = b.sdiv(a, d)
     r = b.srem(a, d)
     neg = b.icmp_signed("!=", b.icmp_signed("<", r, ir.Constant(I64, 0)),

@@ -29,8 +29,7 @@ from tex.program import as_program
 from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
-from . import codegen, irtypes, jit, split, threads
-from . import choices
+from . import choices, codegen, irtypes, jit, split, threads
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
@@ -208,9 +207,9 @@ class Signature:
         inputs and parameters needs it: STATUS_DEFERRED): an earlier build with every
         choice the call takes (one a stage), else a build of those alone. The nests
         built before are not compiled again: a matmul first called with 256 rows, then
-        with 3, compiles the 3-row nest alone (0.33 s, where compiling both took 0.7).
+        with 3, compiles the 3-row nest alone (0.31 s, where compiling both took 0.70).
         A call runs the build used last; one that needs another returns
-        STATUS_DEFERRED before computing anything and switches (20-30 us). Calls that
+        STATUS_DEFERRED before computing anything and switches (10-20 us). Calls that
         keep switching (MAX_SWITCHES) get one build of every choice built so far."""
         b = self.built
         if self._not_taken_at is None:

@@ -444,7 +444,7 @@ class VectorLoop(AccumulatorMixin):
             return b.not_(self._lane_condition(c.args[0]))
         # the lanes of one relation: the same for every unrolled row of a register tile
         # whose mask is (row inside) & (lanes inside), so made once per chunk
-        return cg._reuse(("lanes", id(self), c, cg._bound([c])), lambda: self._lanes(c))
+        return cg._reuse(("lanes", self.w, c, cg._bound([c])), lambda: self._lanes(c))
 
     def _lanes(self, c):
         b = self.cg.b

@@ -24,14 +24,15 @@ A total over several indices (`ij->`) is a nest of such loops. Every row (an ite
 of a level with levels inside it) sums from zero and adds its sum to the level around
 it once; rows that may be long (a size the kernel learns at its call) are cut into
 blocks when they are, in a version of the nest of their own (`if n_j > 4096:  # long
-rows`; only for two indices: deeper totals keep plain rows); the outer level takes rows
-ROWS at a time into blocks, FAN blocks into superblocks. Float32 `ij->` of 100000 x 30 uniform
-values: 2.1e-5 -> 9.4e-8 off (numpy.einsum 1.6e-7), and 840 -> 254 us: the running
+rows`); the outer level takes rows ROWS at a time into blocks, FAN blocks into
+superblocks. Float32 `ij->` of 100000 x 30 uniform values: 2.1e-5 -> 9.4e-8 off
+(numpy.einsum 1.6e-7), and 840 -> 254 us: the running
 total no longer rides through every row's vector accumulators. Only a nest of serial
 reduction loops that the schedule left plain, each holding only the next, around one
 sum into an element that none of them moves, changes; printed nests show the blocks.
 The price is compile time: LLVM takes 63 ms on a two-index total's two versions of the
-nest where it took 18 on the plain one (a first `ij->` call 23 -> 74 ms).
+nest where it took 18 on the plain one (a first `ij->` call 23 -> 74 ms; three indices
+23 -> 86 ms).
 """
 import numpy as np
 import sympy as sp
@@ -65,7 +66,8 @@ def _outermost(node, used):
             return (node,)
         loops, update = nest
         row = loops[-1]
-        long_rows = greater(row.extent, BLOCK) if len(loops) > 1 else sp.false
+        long_rows = greater(row.extent, BLOCK) if len(loops) > 1 and _long(row, BLOCK) \
+            else sp.false
         if long_rows in (sp.true, sp.false) or \
                 any(loop.var in symbols_of(row.extent) for loop in loops):
             return _level(loops, update, update.buffer, update.index, used, True)
@@ -114,9 +116,11 @@ def _many_terms(loops):
 
 
 def _long(loop, size):
-    """Whether the loop may run more than `size` times."""
+    """Whether the loop may run more than `size` times (an extent that is a constant,
+    or a Min with one, of at most `size` cannot: a split's tail loop)."""
     extent = sp.sympify(loop.extent)
-    return not (extent.is_Integer and int(extent) <= size)
+    bounds = extent.args if isinstance(extent, sp.Min) else (extent,)
+    return not any(b.is_Integer and int(b) <= size for b in bounds)
 
 
 def _level(loops, update, target, index, used, outermost=False, long_rows=None):

@@ -518,3 +518,30 @@ def test_an_edge_tile_updates_only_the_vectors_of_columns_it_has(cpu, dtype):
                     check(f(a, wide[:, ::2]), expected(a, wide[:, ::2]), 37)
     finally:
         tex.set_num_threads(before)
+
+
+def test_threads_that_need_the_same_new_nest_build_it_once():
+    """Four threads call a compiled matmul with a row count none of its builds has, at
+    once: each gets the right product, and the nest is built once (build_choice holds
+    a lock; the threads that wait find the build)."""
+    import threading
+    f = tex.compile(matmul("float32"))
+    rng = np.random.default_rng(23)
+    a, b = operands(rng, 64, 70, 33, "float32")
+    check(f(a, b), expected(a, b), 33)
+    builds = len(f._sig.builds)
+    few = [operands(rng, 3, 70, 33, "float32") for _ in range(4)]
+    results = [None] * 4
+    start = threading.Barrier(4)
+
+    def call(n):
+        start.wait()
+        results[n] = f(*few[n])
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (x, y), got in zip(few, results):
+        check(got, expected(x, y), 33)
+    assert len(f._sig.builds) == builds + 1

@@ -16,6 +16,7 @@ import operator
 import os
 import re
 import secrets
+import threading
 import weakref
 
 import numpy as np
@@ -180,6 +181,7 @@ class Signature:
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)
         self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
         self.builds = []         # every build of the kernel so far (build_choice)
+        self._building = threading.Lock()   # one build_choice at a time
         self.switches = 0        # build_choice's changes of build
         self._not_taken_at = None    # choices.decider of the kernel, once needed
         self._every_choice = None
@@ -210,7 +212,13 @@ class Signature:
         with 3, compiles the 3-row nest alone (0.31 s, where compiling both took 0.70).
         A call runs the build used last; one that needs another returns
         STATUS_DEFERRED before computing anything and switches (10-20 us). Calls that
-        keep switching (MAX_SWITCHES) get one build of every choice built so far."""
+        keep switching (MAX_SWITCHES) get one build of every choice built so far.
+        Concurrent calls that need the same new nest compile it once (the others wait
+        and find it)."""
+        with self._building:
+            self._choose(number, inputs, params)
+
+    def _choose(self, number, inputs, params):
         b = self.built
         if self._not_taken_at is None:
             self._not_taken_at = choices.decider(b.kernel)

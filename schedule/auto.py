@@ -287,7 +287,7 @@ def _auto_streamed_rows(stage):
     symbolic number of rows below MR gets it as a specialization per count
     (_few_rows_cases), built when a call first has that many rows.
     Returns whether the stage is done."""
-    from .blocking import contraction_roles, full_tile_vectors
+    from .blocking import contraction_roles
     d = stage.definition
     red = d.reduction
     if red is None or red.combiner != "sum" or len(red.over) != 1 or not d.indices or \

@@ -337,10 +337,11 @@ def bench_command(args, argv):
         return 2
     opts = bench.Options(repeat=args.repeat)
     if os.environ.get("TEX_CPU") or os.environ.get("TEX_CACHES"):
+        from .scheduler.target import host
         t = bench.code_target()
         print(f"code for {t['cpu']} (TEX_CPU), caches "
               f"{', '.join(f'{k} {v >> 10} KiB' for k, v in t['caches'].items())}; "
-              f"this host: {bench.environment(opts)['cpu']}")
+              f"this host: {host().cpu}")
     results = bench.run(names, opts)
     print("numpy/tex above 1 means tex is faster (medians of interleaved runs).")
     if args.json:

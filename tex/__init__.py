@@ -6,7 +6,8 @@ names (the import graph runs DSL -> scheduler -> backends).
 `import tex` loads only what it needs (numpy and a few small modules): sympy and
 llvmlite come in with the first name that uses them (PEP 562 `__getattr__` below), and
 `tex.einsum` runs a kernel compiled by an earlier process without sympy
-(backends/llvm/warm.py).
+(backends/llvm/warm.py). In a notebook or a REPL a thread loads them while the user types
+the next cell (tex/warmup.py).
 """
 import importlib
 import sys
@@ -67,6 +68,9 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
+
+from . import warmup    # noqa: E402 -- after the package is whole: the thread imports from it
+warmup.start()
 
 
 __all__ = [

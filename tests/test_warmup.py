@@ -1,0 +1,81 @@
+"""The interactive warm-up (tex/warmup.py): in a REPL or notebook `import tex` loads what
+the first compile needs on a thread; a script starts none; the list of modules it loads
+is the one a first call needs; a fork during the warm-up neither hangs nor breaks the
+child. Each scenario runs in a child process with a private kernel cache."""
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run(args, tmp_path, env=None, stdin=None, timeout=240):
+    full_env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path))
+    full_env.pop("TEX_WARMUP", None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=full_env, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_a_script_starts_no_thread_and_a_repl_does(tmp_path):
+    probe = "import tex, tex.warmup, threading; print('started', bool(tex.warmup._thread))\n"
+    assert "started False" in run(["-c", probe], tmp_path)
+    assert "started True" in run(["-c", probe], tmp_path, env={"TEX_WARMUP": "1"})
+    # python's own REPL reading stdin (-i: interactive although stdin is a pipe)
+    assert "started True" in run(["-i", "-q"], tmp_path, stdin=probe)
+    assert "started False" in run(["-i", "-q"], tmp_path, stdin=probe,
+                                  env={"TEX_WARMUP": "0"})
+
+
+FIRST_CALLS = r"""
+import sys, numpy as np, tex, tex.warmup
+tex.warmup._thread[0].join()
+assert {"sympy", "llvmlite.binding"} <= set(sys.modules)
+before = set(sys.modules)
+a = np.ones((65, 63), np.float32)
+tex.einsum("ij,ij->ij", a, a); tex.einsum("ij->i", a); tex.einsum("ik,kj->ij", a, a.T)
+tex.einsum("ij,jk,kl->il", a, a.T, a)
+i, j = tex.indices("i j"); M, N = tex.sizes("M N")
+X = tex.tensor("X", (M, N), "float32")
+f = tex.compile(tex.compute("Y", (i,), tex.sum(tex.exp(X[i, j]), over=j)))
+np.testing.assert_allclose(f(X=a), np.exp(a).sum(1), rtol=1e-5)
+late = sorted(m for m in set(sys.modules) - before
+              if m.split(".")[0] in ("tex", "sympy", "llvmlite"))
+print("late", late)
+"""
+
+
+def test_the_warm_up_loads_what_first_calls_import(tmp_path):
+    """After the warm-up, first calls of each kind (elementwise, a reduction, a matmul,
+    three operands, a compiled definition) import no module of tex, sympy or llvmlite:
+    MODULES is complete (a module missing from it shows here by name)."""
+    out = run(["-c", FIRST_CALLS], tmp_path, env={"TEX_WARMUP": "1"})
+    assert "late []" in out, out
+
+
+FORK = r"""
+import os, signal, time, numpy as np, tex
+pid = os.fork()          # at once: the warm-up thread is importing sympy
+if pid == 0:
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ok = np.allclose(tex.einsum("ij,kj->ik", a, a), a @ a.T)
+    os._exit(0 if ok else 3)
+deadline = time.monotonic() + 60
+while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+    time.sleep(0.05)
+if done[0] == 0:
+    os.kill(pid, signal.SIGKILL)
+    print("child hung")
+else:
+    print("child", os.waitstatus_to_exitcode(done[1]))
+"""
+
+
+def test_a_fork_during_the_warm_up_gives_a_working_child(tmp_path):
+    """The fork waits for the warm-up: a child that inherited a held import lock would
+    hang on its first import of sympy (killed after 60 s)."""
+    out = run(["-c", FORK], tmp_path, env={"TEX_WARMUP": "1"})
+    assert "child 0" in out, out

@@ -1,0 +1,79 @@
+"""Warm-up in an interactive session: what the first compile needs, loaded while the
+user types the next cell.
+
+`import tex` is kept small (sympy and llvmlite load with the first name that uses them),
+so the first compile pays for them: about 0.3 s of imports, LLVM's start and the thread
+runtime, before the kernel's own compile. In a notebook or a REPL the next cell comes
+seconds later, so `import tex` starts a thread that does that work in between; a
+script, which calls at once, gains nothing from it and starts none. `TEX_WARMUP=1`
+starts it anywhere, `TEX_WARMUP=0` nowhere.
+
+The thread only imports modules and builds what the process builds once anyway (the
+LLVM target machine, the thread runtime); a failure there is left for the first call to
+meet and report. A fork waits for the thread to finish (at most WAIT_AT_FORK seconds):
+the child must not inherit an import lock held by a thread it does not have.
+"""
+import importlib
+import os
+import sys
+import threading
+
+WAIT_AT_FORK = 10.0
+
+# the modules a first einsum or compile imports, in dependency order (tests/test_warmup.py
+# checks that a cold call after the warm-up imports none of tex, sympy or llvmlite)
+MODULES = (
+    "sympy",
+    "sympy.tensor.tensor",          # sympy's Add imports it at its first use
+    "sympy.assumptions.wrapper",
+    "tex.interop",
+    "tex.expr",
+    "tex.tensor",
+    "tex.program",
+    "tex.einsum",
+    "tex.library",
+    "tex.scheduler.schedule",
+    "tex.scheduler.auto",
+    "tex.scheduler.blocking",
+    "tex.scheduler.rewrite",
+    "tex.scheduler.tuning",
+    "tex.scheduler.tunedb",
+    "tex.backends.llvm.runtime",
+    "tex.backends.llvm.codegen",
+    "tex.backends.llvm.jit",
+    "llvmlite.binding",
+)
+
+_thread = []
+
+
+def interactive():
+    """A notebook kernel, IPython, or Python's own REPL (`python`, `python -i`)."""
+    return "IPython" in sys.modules or hasattr(sys, "ps1") or bool(sys.flags.interactive)
+
+
+def _warm():
+    try:
+        for name in MODULES:
+            importlib.import_module(name)
+        from tex.backends.llvm import jit, threads
+        jit.Machine.get()
+        threads.runtime()
+    except Exception:       # noqa: BLE001 -- the first call meets it again and reports it
+        pass
+
+
+def _wait():
+    if _thread and _thread[0] is not threading.current_thread():
+        _thread[0].join(WAIT_AT_FORK)
+
+
+def start():
+    """Start the warm-up thread when the session is interactive (or TEX_WARMUP=1)."""
+    wanted = os.environ.get("TEX_WARMUP", "")
+    if _thread or wanted == "0" or (wanted != "1" and not interactive()):
+        return
+    thread = threading.Thread(target=_warm, name="tex-warmup")
+    _thread.append(thread)
+    os.register_at_fork(before=_wait)
+    thread.start()

@@ -180,8 +180,9 @@ def _auto_blocked(stage):
     call-time number of parts (AUTO_PARTS, with the blocks as the rows): one part is
     the output itself, so shapes with blocks enough pay nothing for it.
     Returns whether the stage is done (False: the generic heuristics follow)."""
-    from .blocking import (block_contraction, contraction_roles, default_blocking,
-                           full_tile_vectors, operand_bytes, parallel_blocks)
+    from .blocking import (block_contraction, block_fused_contraction, contraction_roles,
+                           default_blocking, full_tile_vectors, operand_bytes,
+                           parallel_blocks)
     d = stage.definition
     roles = contraction_roles(d)
     if roles is None:
@@ -197,6 +198,17 @@ def _auto_blocked(stage):
                           d.extents[roles.k])
         _, k_loop = target.split_k(roles.k, parts)
         block_contraction(target, roles, blocking, k_loop)
+
+    def whole_k(target, blocking=blocking):
+        # a reduction that fits one kc block and an A that fits L2: the fused nest's
+        # order (all of k inside the register tile, A read in place from L2 once per
+        # column block, B packed per column block), without the k blocks' partial sums,
+        # A's packing and the split into parts, which cost more than they save there
+        # (2 threads, numpy/tex, Zen 5 | AVX2 code with Zen 3's caches: 64^3 0.88 ->
+        # 1.45 | 0.67 -> 0.92, 256^3 1.48 -> 2.41 | 0.86 -> 1.19, 1000 products of
+        # 16 x 16 0.60 -> 1.22 | 0.73 -> 1.20). With A in L3 only it lost on AVX2 (2048
+        # x 256 x 2048 on 2 threads: 0.99 -> 0.94)
+        block_fused_contraction(target, roles, blocking)
 
     def dots(target):
         # the default order has k innermost: a dot product per output element, over
@@ -214,6 +226,7 @@ def _auto_blocked(stage):
     # dot products at 8 columns, 0.82x against 0.9x. Each tier is one more specialization
     # to compile: a symbolic matmul 1.1 -> 1.6 s on znver4)
     lanes = target().lanes(red.dtype)
+    l2 = target().cache(2, 512 << 10)
     full = full_tile_vectors()
     tiers = [((full - 1) * lanes, None), (lanes, 1)] if full > 2 else \
         [(2 * lanes, None)]
@@ -224,6 +237,10 @@ def _auto_blocked(stage):
         wide = at_least(cols, low)
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
+        reduction = d.extents[roles.k]
+        short = all_of(cond, less(reduction, bl.kc, strict=False),
+                       less(rows * reduction, l2 // operand_bytes(roles), strict=False))
+        cases.append((short, functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
     cases.append((less(cols, upper), dots))

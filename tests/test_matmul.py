@@ -545,3 +545,43 @@ def test_threads_that_need_the_same_new_nest_build_it_once():
     for (x, y), got in zip(few, results):
         check(got, expected(x, y), 33)
     assert len(f._sig.builds) == builds + 1
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batched_products_with_a_short_reduction_keep_all_of_k_in_the_tile(cpu, dtype):
+    """A batch of products whose reduction fits one kc block runs the fused nest's order
+    (k whole inside the register tile, A read in place: no packed A, no k blocks, no
+    partial sums); a longer reduction keeps the blocked schedule. Both against numpy at
+    sizes no tile divides, K at kc and kc + 1, strided operands, 1 and 3 threads."""
+    from tex.scheduler.blocking import default_blocking
+    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    nb, i, j, k = tex.indices("b i j k")
+    NB = tex.sizes("NB")
+    A = tex.tensor("A", (NB, M, K), dtype)
+    B = tex.tensor("B", (NB, K, N), dtype)
+    C = tex.compute("C", (nb, i, j), tex.sum(A[nb, i, k] * B[nb, k, j], over=k))
+    rng = np.random.default_rng(11)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(t):
+            kc = default_blocking(dtype, np.dtype(dtype).itemsize, t).kc
+            text = str(tex.schedule(C).auto())
+            assert f"K <= {kc}" in text, text
+            whole = text.split(f"K <= {kc}")[1].split("\nif ")[0]
+            assert "A_pack" not in whole and "C_part" not in whole and "B_pack" in whole
+            f = tex.compile(C)
+            for threads in (1, 3):
+                tex.set_num_threads(threads)
+                for nbatch, m, n, kk in [(3, 13, 17, 7), (2, 65, 63, 1), (5, 7, 33, 65),
+                                         (1, 30, 40, kc), (2, 13, 50, kc + 1)]:
+                    a = rng.standard_normal((nbatch, m, kk)).astype(dtype)
+                    wide = rng.standard_normal((nbatch, kk, 2 * n)).astype(dtype)
+                    for b in (wide[:, :, ::2], np.ascontiguousarray(wide[:, :, ::2])):
+                        want = np.einsum("bik,bkj->bij", a.astype(np.float64),
+                                         b.astype(np.float64)).astype(dtype)
+                        check(f(A=a, B=b), want, kk)
+                        check(f(A=a.transpose(0, 2, 1).copy().transpose(0, 2, 1), B=b),
+                              want, kk)
+    finally:
+        tex.set_num_threads(before)

@@ -1,7 +1,9 @@
 """A 1024 matmul at BLAS speed: the auto schedule, and the same schedule by hand.
 
 `tex.compile(C)` schedules a contraction the way BLIS runs one (schedule/blocking.py),
-for the calls whose shapes fill its register tile (a specialization, see `s.auto()`):
+for the calls whose shapes fill its register tile (a specialization, see `s.auto()`;
+the one before it, for a reduction that fits one kc block and an A that fits L2, keeps
+all of k inside the register tile and reads A in place):
 cache blocks of N, K and M, both operands packed into zero-padded micro-panels, an
 MR x NR register tile (MR rows of A broadcast against NR/W vectors of B, one FMA per
 accumulator register a step), and the blocks shared among threads. Nothing of it is
@@ -65,15 +67,17 @@ def main():
     C = tex.compute("C", (i, j), tex.sum(A[i, kk] * B[kk, j], over=kk))
 
     auto = tex.schedule(C).auto()
-    print("the auto schedule (tex.compile's default): blocked for calls with M >= MR and "
-          "N >= 2,\ndot products for one column, i, k, j order for fewer rows\n" + str(auto))
+    print("the auto schedule (tex.compile's default): for calls with M >= MR and N >= two "
+          "vectors,\nall of k in the register tile when K <= kc and A fits L2, else blocked; "
+          "narrower tiles,\ndot products and streamed rows for narrower or shorter "
+          "products\n" + str(auto))
     print()
     hand, bl = by_hand(C, A, B, i, j, kk)
     print(f"the blocked part by hand, with mr={bl.mr} nr={bl.nr} kc={bl.kc} mc={bl.mc} "
           f"nc={bl.nc}:")
     print("\n".join(f"  {step}" for step in hand.history))
-    same = str(auto["C#1"]).replace("C_parts", "P") == str(hand[C])
-    print("the same loop nest as the auto schedule's specialization C#1:", same, "\n")
+    same = str(auto["C#2"]).replace("C_parts", "P") == str(hand[C])
+    print("the same loop nest as the auto schedule's blocked specialization C#2:", same, "\n")
     assert same
 
     f_auto, f_hand = tex.compile(auto), tex.compile(hand)

@@ -34,6 +34,6 @@ def test_matmul_example_small():
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     out = run.stdout
-    assert "the same loop nest as the auto schedule's specialization C#1: True" in out
+    assert "the same loop nest as the auto schedule's blocked specialization C#2: True" in out
     assert "B_pack[jio, kii_2, jii]" in out and "C_acc[iii, jii] +=" in out
     assert "matmul: all results match numpy" in out

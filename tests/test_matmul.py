@@ -585,3 +585,18 @@ def test_batched_products_with_a_short_reduction_keep_all_of_k_in_the_tile(cpu, 
                               want, kk)
     finally:
         tex.set_num_threads(before)
+
+
+def test_a_square_operand_gets_its_whole_k_condition_as_a_power():
+    """A (L x L) @ B (L x D): the whole-k condition's rows x K is L**2, which the kernel's
+    dispatch and the call path both evaluate (the attention head's S @ V)."""
+    L, D = tex.sizes("L D")
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (L, L), "float32"), tex.tensor("B", (L, D), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    assert "L**2" in str(tex.schedule(C).auto())
+    f = tex.compile(C)
+    rng = np.random.default_rng(2)
+    for n, d in [(65, 64), (13, 70), (600, 33), (7, 5)]:
+        a, b = operands(rng, n, d, n, "float32")
+        check(f(A=a, B=b), expected(a, b), n)

@@ -406,6 +406,12 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             for v in vals[1:]:
                 out = b.select(b.icmp_signed(op, out, v), out, v)
             return out
+        if isinstance(e, sp.Pow) and e.exp.is_Integer and e.exp > 0:    # L*L of a size
+            base = self.index(e.base)
+            out = base
+            for _ in range(int(e.exp) - 1):
+                out = b.mul(out, base)
+            return out
         raise NotImplementedError(f"codegen: index expression {e} ({type(e).__name__})")
 
     def condition(self, c):

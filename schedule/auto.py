@@ -175,6 +175,11 @@ def _auto_blocked(stage):
     specialization per number of rows (_few_rows_cases: B streamed once into a tile of
     every row), each built only when a call needs it.
 
+    Before each blocked specialization comes one for the calls whose reduction fits
+    one kc block and whose A fits L2 (`whole_k`: the fused nest's order, all of k in
+    the register tile, A read in place), where packing A and blocking k cost more
+    than they save.
+
     In the blocked schedule, when the blocks of the output are too few for the
     threads (123 x 456 from K = 51234), the reduction is split first, into a
     call-time number of parts (AUTO_PARTS, with the blocks as the rows): one part is

@@ -1,5 +1,6 @@
 """Memory a kernel allocates: local buffers on the stack, temporaries on the heap
-(64-byte aligned, freed on every way out), sizes computed with overflow checks."""
+(64-byte aligned, given back on every way out to the runtime, which keeps large ones for
+the next call: pool.py), sizes computed with overflow checks."""
 import numpy as np
 import sympy as sp
 from llvmlite import ir
@@ -69,11 +70,11 @@ class MemoryMixin:
         slot = self.eb.alloca(PTR, name=f"{buf.name}.slot")    # the heap pointer, or null
         self.eb.store(ir.Constant(PTR, None), slot)
         self.temps.append(slot)
-        alloc = self._extern("aligned_alloc", PTR, [I64, I64])
+        alloc = self._extern("tex_rt_take", PTR, [I64])         # pool.py: kept between calls
         null = ir.Constant(PTR, None)
         if once:
             with self.b.if_then(self.b.icmp_unsigned("==", self.b.load(slot, typ=PTR), null)):
-                self.b.store(self.b.call(alloc, [ir.Constant(I64, 64), nbytes]), slot)
+                self.b.store(self.b.call(alloc, [nbytes]), slot)
             ptr = self.b.load(slot, typ=PTR, name=buf.name)
         elif stack_ok:
             small = self.b.icmp_unsigned("<=", nbytes, ir.Constant(I64, STACK_TEMP_BYTES))
@@ -83,14 +84,14 @@ class MemoryMixin:
                     on_stack.align = 64
                     stack_block = self.b.block
                 with otherwise:
-                    on_heap = self.b.call(alloc, [ir.Constant(I64, 64), nbytes])
+                    on_heap = self.b.call(alloc, [nbytes])
                     self.b.store(on_heap, slot)
                     heap_block = self.b.block
             ptr = self.b.phi(PTR, name=buf.name)
             ptr.add_incoming(on_stack, stack_block)
             ptr.add_incoming(on_heap, heap_block)
         else:
-            ptr = self.b.call(alloc, [ir.Constant(I64, 64), nbytes], name=buf.name)
+            ptr = self.b.call(alloc, [nbytes], name=buf.name)
             self.b.store(ptr, slot)
         self.fail_if(self.b.icmp_unsigned("==", ptr, null), STATUS_NOMEM, number)
         if single is not None:
@@ -136,6 +137,6 @@ class MemoryMixin:
         return self.b.select(cond, a, b)
 
     def _free_temps(self):
-        free = self._extern("free", ir.VoidType(), [PTR])
+        give = self._extern("tex_rt_give", ir.VoidType(), [PTR])
         for slot in self.temps:
-            self.b.call(free, [self.b.load(slot, typ=PTR)])
+            self.b.call(give, [self.b.load(slot, typ=PTR)])

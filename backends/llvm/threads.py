@@ -29,6 +29,8 @@ oversized team kills the process. This pool is small enough to own:
                                         poll, and Python still sees the signal.
     tex_rt_interrupt                    the flag (i32): each kernel clears it on entry
                                         and its outer loops check it.
+    tex_rt_take(n), tex_rt_give(p)      kernels' temporaries, kept between calls
+                                        (pool.py).
 
 Workers are created on demand (at most MAX_WORKERS). A worker that joins a region on
 the caller's CPU (the caller's CPU is the team's `home`, read when the region opens)
@@ -44,6 +46,8 @@ struct sigaction 152.
 import ctypes
 import os
 import threading
+
+from .pool import POOL_IR
 
 MAX_WORKERS = 255           # worker threads at most: tex.set_num_threads allows 256
 SA_SIGINFO = 4
@@ -356,6 +360,7 @@ finish:
 define void @tex_rt_reset() {{
 entry:
   call i32 @pthread_mutex_init(ptr @tex_rt_lock, ptr null)
+  call void @tex_rt_pool_reset()
   call i32 @pthread_cond_init(ptr @tex_rt_wake, ptr null)
   call i32 @pthread_cond_init(ptr @tex_rt_done, ptr null)
   store i64 0, ptr @tex_rt_workers
@@ -417,9 +422,9 @@ done:
 }}
 """.format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
            sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS, mask_words=MASK_BITS // 64,
-           mask_bytes=MASK_BITS // 8, mask_bits=MASK_BITS)
+           mask_bytes=MASK_BITS // 8, mask_bits=MASK_BITS) + POOL_IR
 
-EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm")
+EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm", "tex_rt_take", "tex_rt_give")
 
 
 class Runtime:
@@ -435,6 +440,8 @@ class Runtime:
         self.ncpus = ctypes.c_int64.from_address(image.address("tex_rt_ncpus"))
         # how many times a worker moved off its caller's CPU (a count for tests)
         self.hops = ctypes.c_int64.from_address(image.address("tex_rt_hops"))
+        # bytes of temporaries kept for the next call (pool.py)
+        self.pool_bytes = ctypes.c_int64.from_address(image.address("tex_rt_pool_bytes"))
         self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(
             image.address("tex_rt_cpus"))
 

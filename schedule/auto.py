@@ -242,10 +242,11 @@ def _auto_blocked(stage):
         wide = at_least(cols, low)
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
-        reduction = d.extents[roles.k]
-        short = all_of(cond, less(reduction, bl.kc, strict=False),
-                       less(rows * reduction, l2 // operand_bytes(roles), strict=False))
-        cases.append((short, functools.partial(whole_k, blocking=bl)))
+        if tuple(red.over) == (roles.k,):     # (the fused order runs every reduced
+            reduction = d.extents[roles.k]    # index in the tile, a window's too)
+            short = all_of(cond, less(reduction, bl.kc, strict=False),
+                           less(rows * reduction, l2 // operand_bytes(roles), strict=False))
+            cases.append((short, functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
     cases.append((less(cols, upper), dots))

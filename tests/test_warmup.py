@@ -79,3 +79,24 @@ def test_a_fork_during_the_warm_up_gives_a_working_child(tmp_path):
     hang on its first import of sympy (killed after 60 s)."""
     out = run(["-c", FORK], tmp_path, env={"TEX_WARMUP": "1"})
     assert "child 0" in out, out
+
+
+NO_THREADS = r"""
+import os, threading
+def refuse(self):
+    raise RuntimeError("can't start new thread")
+threading.Thread.start = refuse
+import numpy as np, tex, tex.warmup
+assert not tex.warmup._thread
+pid = os.fork()                  # no hook registered for a thread that never ran
+if pid == 0:
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+a = np.ones((3, 4), np.float32)
+print("ok", os.waitstatus_to_exitcode(status), float(tex.einsum("ij,ij->", a, a)))
+"""
+
+
+def test_import_tex_works_when_no_thread_can_start(tmp_path):
+    out = run(["-c", NO_THREADS], tmp_path, env={"TEX_WARMUP": "1"})
+    assert "ok 0 12.0" in out, out

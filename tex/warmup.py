@@ -74,6 +74,9 @@ def start():
     if _thread or wanted == "0" or (wanted != "1" and not interactive()):
         return
     thread = threading.Thread(target=_warm, name="tex-warmup")
+    try:
+        thread.start()
+    except RuntimeError:        # no thread to be had (a limit, or the interpreter exits)
+        return
     _thread.append(thread)
     os.register_at_fork(before=_wait)
-    thread.start()

@@ -115,4 +115,6 @@ def pyexpr(e, names):
     if isinstance(e, (sp.Min, sp.Max)):
         fn = "min" if isinstance(e, sp.Min) else "max"
         return f"{fn}({', '.join(pyexpr(a, names) for a in e.args)})"
+    if isinstance(e, sp.Pow) and e.exp.is_Integer and e.exp > 0:       # N*N of a size
+        return f"({pyexpr(e.base, names)} ** {int(e.exp)})"
     raise NotImplementedError(f"size expression {e} ({type(e).__name__})")

@@ -12,8 +12,10 @@ the next.
     tex_rt_take(n)     memory for n bytes, 64-byte aligned: a kept block of exactly n
                        bytes if there is one, else aligned_alloc (null when that fails)
     tex_rt_give(p)     takes back what tex_rt_take gave: kept when it is at least
-                       POOL_MIN bytes, in one of POOL_SLOTS slots, oldest out first,
-                       and the kept blocks stay within POOL_BYTES in all; else freed
+                       POOL_MIN bytes, in one of POOL_SLOTS slots (when all are taken,
+                       the slots are replaced in turn), and the kept blocks stay within
+                       POOL_BYTES in all (slots emptied in order until it fits); else
+                       freed
 
 Each block carries its size in a 64-byte header in front of it. The slots are shared by
 every kernel and thread of the process under a lock of their own (two calls never hold

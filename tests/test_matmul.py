@@ -632,3 +632,43 @@ def test_a_size_squared_in_a_shape():
     np.testing.assert_array_equal(v, w + 1)
     with pytest.raises(tex.ShapeError):
         f(X=np.arange(50, dtype=np.float32), W=w)
+
+
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_batches_of_products_narrower_than_a_tile(cpu, dtype):
+    """A batch of products with fewer columns than the narrowest tile (3 x 3, 8 x 8,
+    64 x 4) runs the whole-k nest with a one-vector tile, columns masked and rows guarded,
+    not dot products: against numpy for rows below and above the tile's, K of 1 and at
+    kc, strided and transposed operands, 1 and 3 threads."""
+    from tex.scheduler.blocking import default_blocking
+    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    nb, i, j, k = tex.indices("b i j k")
+    NB = tex.sizes("NB")
+    A = tex.tensor("A", (NB, M, K), dtype)
+    B = tex.tensor("B", (NB, K, N), dtype)
+    C = tex.compute("C", (nb, i, j), tex.sum(A[nb, i, k] * B[nb, k, j], over=k))
+    rng = np.random.default_rng(12)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(t):
+            kc = default_blocking(dtype, np.dtype(dtype).itemsize, t, vectors=1).kc
+            text = str(tex.schedule(C).auto())
+            lanes = t.lanes(dtype)
+            assert re.search(rf"^if \(K <= {kc}\) & \(N < \d+\) & \(K\*M <= \d+\)", text,
+                             re.M), text
+            f = tex.compile(C)
+            for threads in (1, 3):
+                tex.set_num_threads(threads)
+                for nbatch, m, n, kk in [(50, 3, 3, 3), (9, 8, 8, 8), (4, 64, 4, 64),
+                                         (3, 13, lanes - 1, 1), (2, 1, 1, 7), (2, 5, 7, kc)]:
+                    a = rng.standard_normal((nbatch, m, kk)).astype(dtype)
+                    wide = rng.standard_normal((nbatch, kk, 2 * n)).astype(dtype)
+                    b = wide[:, :, ::2]
+                    want = np.einsum("bik,bkj->bij", a.astype(np.float64),
+                                     b.astype(np.float64)).astype(dtype)
+                    check(f(A=a, B=b), want, kk)
+                    check(f(A=a.transpose(0, 2, 1).copy().transpose(0, 2, 1),
+                            B=np.ascontiguousarray(b)), want, kk)
+    finally:
+        tex.set_num_threads(before)

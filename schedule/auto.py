@@ -235,6 +235,14 @@ def _auto_blocked(stage):
     full = full_tile_vectors()
     tiers = [((full - 1) * lanes, None), (lanes, 1)] if full > 2 else \
         [(2 * lanes, None)]
+    # the whole-k order runs every reduced index in the tile (a window's too): one only
+    single = tuple(red.over) == (roles.k,)
+
+    def fits_whole_k(bl):
+        """K within one kc block, and A (rows x K) within L2."""
+        reduction = d.extents[roles.k]
+        return all_of(less(reduction, bl.kc, strict=False),
+                      less(rows * reduction, l2 // operand_bytes(roles), strict=False))
     cases, upper = [], None
     for low, vectors in tiers:
         bl = blocking if vectors is None else default_blocking(red.dtype, operand_bytes(roles),
@@ -242,14 +250,12 @@ def _auto_blocked(stage):
         wide = at_least(cols, low)
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
-        if tuple(red.over) == (roles.k,):     # (the fused order runs every reduced
-            reduction = d.extents[roles.k]    # index in the tile, a window's too)
-            short = all_of(cond, less(reduction, bl.kc, strict=False),
-                           less(rows * reduction, l2 // operand_bytes(roles), strict=False))
-            cases.append((short, functools.partial(whole_k, blocking=bl)))
+        if single:
+            cases.append((all_of(cond, fits_whole_k(bl)),
+                          functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
-    if roles.batch and tuple(red.over) == (roles.k,):
+    if roles.batch and single:
         # a batch of products narrower than the narrowest tile (3 x 3, 8 x 8, 64 x 4):
         # the whole-k nest with a one-vector tile, its columns masked, instead of dot
         # products over a packed B per 64 rows of each product (2 threads, numpy/tex, Zen
@@ -257,10 +263,8 @@ def _auto_blocked(stage):
         # 0.69 | 0.55 -> 0.66, 1000 x 12^3 0.23 -> 1.10 | 0.30 -> 0.88, 1000 x 64 x 64 x
         # 4 0.97 -> 1.50 | 1.00 -> 1.64)
         nb = default_blocking(red.dtype, operand_bytes(roles), vectors=1)
-        reduction = d.extents[roles.k]
-        tiny = all_of(less(cols, upper), less(reduction, nb.kc, strict=False),
-                      less(rows * reduction, l2 // operand_bytes(roles), strict=False))
-        cases.append((tiny, functools.partial(whole_k, blocking=nb)))
+        cases.append((all_of(less(cols, upper), fits_whole_k(nb)),
+                      functools.partial(whole_k, blocking=nb)))
     cases.append((less(cols, upper), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,

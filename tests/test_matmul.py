@@ -33,6 +33,15 @@ def matmul(dtype, acc=None):
     return tex.compute("C", (i, j), tex.sum(a * b, over=k, dtype=acc))
 
 
+def batched_matmul(dtype):
+    """C[b] = A[b] @ B[b] over a batch of NB products."""
+    nb, i, j, k = tex.indices("b i j k")
+    NB = tex.sizes("NB")
+    A = tex.tensor("A", (NB, M, K), dtype)
+    B = tex.tensor("B", (NB, K, N), dtype)
+    return tex.compute("C", (nb, i, j), tex.sum(A[nb, i, k] * B[nb, k, j], over=k))
+
+
 def kernel(dtype, acc=None):
     return compiled(("blocked-matmul", dtype, acc), lambda: matmul(dtype, acc))
 
@@ -556,11 +565,7 @@ def test_batched_products_with_a_short_reduction_keep_all_of_k_in_the_tile(cpu, 
     sizes no tile divides, K at kc and kc + 1, strided operands, 1 and 3 threads."""
     from tex.scheduler.blocking import default_blocking
     t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
-    nb, i, j, k = tex.indices("b i j k")
-    NB = tex.sizes("NB")
-    A = tex.tensor("A", (NB, M, K), dtype)
-    B = tex.tensor("B", (NB, K, N), dtype)
-    C = tex.compute("C", (nb, i, j), tex.sum(A[nb, i, k] * B[nb, k, j], over=k))
+    C = batched_matmul(dtype)
     rng = np.random.default_rng(11)
     before = tex.get_num_threads()
     try:
@@ -643,11 +648,7 @@ def test_batches_of_products_narrower_than_a_tile(cpu, dtype):
     kc, strided and transposed operands, 1 and 3 threads."""
     from tex.scheduler.blocking import default_blocking
     t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
-    nb, i, j, k = tex.indices("b i j k")
-    NB = tex.sizes("NB")
-    A = tex.tensor("A", (NB, M, K), dtype)
-    B = tex.tensor("B", (NB, K, N), dtype)
-    C = tex.compute("C", (nb, i, j), tex.sum(A[nb, i, k] * B[nb, k, j], over=k))
+    C = batched_matmul(dtype)
     rng = np.random.default_rng(12)
     before = tex.get_num_threads()
     try:

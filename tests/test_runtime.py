@@ -401,13 +401,23 @@ def test_a_worker_on_its_callers_cpu_moves_to_another(pin, tmp_path):
     assert free == "True"
 
 
+def _child_stdout(script, tmp_path):
+    """Run `script` in a fresh Python process with its own kernel cache; its stdout
+    (a failure there fails the test)."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
     """A process confined to one CPU before tex loads, asked for 2 threads: the team is
     larger than the CPUs, so no worker is moved (nowhere to go), and results stay
     right. In a child: it confines the process."""
-    import os
-    import subprocess
-    import sys
     script = (
         "import os, numpy as np\n"
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
@@ -418,11 +428,72 @@ def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
         "for _ in range(5):\n"
         "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, a), a @ a, rtol=1e-9)\n"
         "print(threads.runtime().hops.value)\n")
-    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0"]
+    assert _child_stdout(script, tmp_path).split() == ["0"]
+
+
+def test_threads_that_lose_their_cpu_find_it_crowded(tmp_path):
+    """Two threads confined to one CPU: the one that spins loses the CPU to the one
+    with the work for a time slice, notices the jump of the clock, and marks the CPUs
+    crowded (tex_rt_robbed), after which tex's threads sleep instead of spinning; the
+    results stay right throughout. In a child (it confines the process)."""
+    script = (
+        "import os, time, numpy as np\n"
+        "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import tex\n"
+        "from tex.backends.llvm import threads\n"
+        "tex.set_num_threads(2)\n"
+        "a = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)\n"
+        "b = np.random.default_rng(1).standard_normal((512, 64)).astype(np.float32)\n"
+        "want = a @ b\n"
+        "deadline = time.monotonic() + 60\n"
+        "while threads.runtime().crowdings.value == 0 and time.monotonic() < deadline:\n"
+        "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, b), want, rtol=1e-4,\n"
+        "                               atol=1e-3)\n"
+        "for _ in range(20):\n"
+        "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, b), want, rtol=1e-4,\n"
+        "                               atol=1e-3)\n"
+        "print(threads.runtime().crowdings.value)\n")
+    assert int(_child_stdout(script, tmp_path).split()[-1]) > 0
+
+
+RESCUE_SCRIPT = r"""
+import os, subprocess, sys, time
+cpus = sorted(os.sched_getaffinity(0))[:2]
+os.sched_setaffinity(0, set(cpus))           # before tex reads the CPU list
+import numpy as np, tex
+from tex.backends.llvm import threads
+# a busy process on the second CPU, where the worker goes: the worker loses its CPU to it
+hog = subprocess.Popen([sys.executable, "-c",
+                        f"import os\nos.sched_setaffinity(0, {{{cpus[1]}}})\nwhile True: pass"])
+try:
+    tex.set_num_threads(2)
+    rt = threads.runtime()
+    a = np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32)
+    want = a @ a
+    deadline = time.monotonic() + 60
+    while rt.rescues.value == 0 and time.monotonic() < deadline:
+        np.testing.assert_allclose(tex.einsum("ik,kj->ij", a, a), want, rtol=1e-4, atol=1e-3)
+finally:
+    hog.kill()
+for _ in range(20):
+    np.testing.assert_allclose(tex.einsum("ik,kj->ij", a, a), want, rtol=1e-4, atol=1e-3)
+time.sleep(0.1)
+print(rt.rescues.value)
+print(all(sorted(os.sched_getaffinity(int(t))) == cpus for t in os.listdir("/proc/self/task")))
+"""
+
+
+def test_a_caller_waiting_for_a_worker_behind_a_busy_thread_moves_it(tmp_path):
+    """A busy process on the worker's CPU: the caller that waits for the worker at the
+    end of a region (the CPUs crowded) moves it to the caller's own CPU, and the worker,
+    done, may run anywhere again (no thread of the process stays pinned). Results stay
+    right. In a child (it confines the process); needs 2 CPUs."""
+    import os
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU")
+    rescues, free = _child_stdout(RESCUE_SCRIPT, tmp_path).split()
+    assert int(rescues) > 0
+    assert free == "True"
 
 
 def test_the_kernel_call_releases_the_gil():

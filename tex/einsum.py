@@ -43,6 +43,7 @@ import sympy as sp
 
 from . import dtypes
 from .errors import ShapeError
+from .gcpause import paused
 from .expr import Index, cast, sizes
 from .expr import sum as tex_sum
 from .program import Program
@@ -391,7 +392,8 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     key = warm.kernel_key(subscripts, arrays, dtype, casting, optimize)
     entry = _kernels.get(key)
     if entry is None:
-        entry = _compile_kernel(key, subscripts, arrays, dtype, casting, optimize)
+        with paused():
+            entry = _compile_kernel(key, subscripts, arrays, dtype, casting, optimize)
     if dtype is None and casting == "safe" and greedy:
         _guards[subscripts] = entry.guard
     args = arrays if entry.perm is None else [arrays[p] for p in entry.perm]

@@ -27,6 +27,7 @@ from tex.errors import ShapeError
 from tex.expr import AutoParts
 from tex.program import as_program
 
+from ...gcpause import paused
 from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
@@ -71,6 +72,11 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
                          f"not {casting!r}")
+    with paused():
+        return _compile(target, fast_math, name, bounds_check, casting, fuse, sizes)
+
+
+def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
     from ...scheduler.schedule import Schedule, default_schedule
     if not isinstance(target, Schedule):
         from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
@@ -215,7 +221,7 @@ class Signature:
         keep switching (MAX_SWITCHES) get one build of every choice built so far.
         Concurrent calls that need the same new nest compile it once (the others wait
         and find it)."""
-        with self._building:
+        with self._building, paused():
             self._choose(number, inputs, params)
 
     def _choose(self, number, inputs, params):

@@ -234,23 +234,10 @@ define internal void @tex_rt_place(i64 %id, i64 %home) {{
 entry:
   %mask = alloca [{mask_words} x i64]
   %n = load i64, ptr @tex_rt_ncpus
-  br label %find
-find:
-  %i = phi i64 [ 0, %entry ], [ %i.next, %find.next ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %find.body, label %missing
-find.body:
-  %cp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %i
-  %c = load i32, ptr %cp
-  %c64 = sext i32 %c to i64
-  %hit = icmp eq i64 %c64, %home
-  br i1 %hit, label %found, label %find.next
-find.next:
-  %i.next = add i64 %i, 1
-  br label %find
-missing:
+  %i = call i64 @tex_rt_cpu_slot(i64 %home)
+  %missing = icmp slt i64 %i, 0
   ; home is not among the CPUs listed at load (the affinity changed since)
-  ret void
+  br i1 %missing, label %stay, label %found
 found:
   %slot = add i64 %i, %id
   %wrapped = urem i64 %slot, %n
@@ -269,6 +256,30 @@ hop:
   call void @tex_rt_free_self()
   %hops = atomicrmw add ptr @tex_rt_hops, i64 1 monotonic
   ret void
+}}
+
+; the position of `cpu` in the CPU list read at load, or -1
+define internal i64 @tex_rt_cpu_slot(i64 %cpu) {{
+entry:
+  %n = load i64, ptr @tex_rt_ncpus
+  br label %find
+find:
+  %i = phi i64 [ 0, %entry ], [ %i.next, %find.next ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %find.body, label %missing
+find.body:
+  %cp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %i
+  %c = load i32, ptr %cp
+  %c64 = sext i32 %c to i64
+  %hit = icmp eq i64 %c64, %cpu
+  br i1 %hit, label %found, label %find.next
+find.next:
+  %i.next = add i64 %i, 1
+  br label %find
+missing:
+  ret i64 -1
+found:
+  ret i64 %i
 }}
 
 ; lets the calling thread run on every CPU of the process's list again
@@ -304,9 +315,17 @@ entry:
   %mask = alloca [{mask_words} x i64]
   %home = load i64, ptr @tex_rt_home
   %placed = icmp sge i64 %home, 0
-  br i1 %placed, label %scan, label %done
+  br i1 %placed, label %where, label %done
+where:
+  ; the CPU the caller runs on now (it may have moved since the region opened), if it
+  ; is among those listed at load (else the worker could not be freed to them)
+  %cpu32 = call i32 @sched_getcpu()
+  %cpu = sext i32 %cpu32 to i64
+  %slot = call i64 @tex_rt_cpu_slot(i64 %cpu)
+  %listed = icmp sge i64 %slot, 0
+  br i1 %listed, label %scan, label %done
 scan:
-  %id = phi i64 [ 1, %entry ], [ %id.next, %next ]
+  %id = phi i64 [ 1, %where ], [ %id.next, %next ]
   %more = icmp slt i64 %id, %team
   br i1 %more, label %look, label %done
 look:
@@ -314,18 +333,20 @@ look:
   %w = load i32, ptr %wp
   %rp = getelementptr i32, ptr @tex_rt_rescued, i64 %id
   %r = load i32, ptr %rp
+  %tp = getelementptr i64, ptr @tex_rt_tids, i64 %id
+  %tid = load i64, ptr %tp
   %busy = icmp ne i32 %w, 0
   %fresh = icmp eq i32 %r, 0
-  %candidate = and i1 %busy, %fresh
+  %known = icmp sgt i64 %tid, 0
+  %candidate.1 = and i1 %busy, %fresh
+  %candidate = and i1 %candidate.1, %known
   br i1 %candidate, label %move, label %next
 next:
   %id.next = add i64 %id, 1
   br label %scan
 move:
   call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
-  call void @tex_rt_mask_set(ptr %mask, i64 %home)
-  %tp = getelementptr i64, ptr @tex_rt_tids, i64 %id
-  %tid = load i64, ptr %tp
+  call void @tex_rt_mask_set(ptr %mask, i64 %cpu)
   %tid32 = trunc i64 %tid to i32
   %err = call i32 @sched_setaffinity(i32 %tid32, i64 {mask_bytes}, ptr %mask)
   %moved = icmp eq i32 %err, 0
@@ -515,6 +536,9 @@ entry:
   store i64 0, ptr @tex_rt_open
   store i64 0, ptr @tex_rt_team
   store i64 0, ptr @tex_rt_crowded_until
+  call void @llvm.memset.p0.i64(ptr @tex_rt_tids, i8 0, i64 {tid_bytes}, i1 false)
+  call void @llvm.memset.p0.i64(ptr @tex_rt_working, i8 0, i64 {flag_bytes}, i1 false)
+  call void @llvm.memset.p0.i64(ptr @tex_rt_rescued, i8 0, i64 {flag_bytes}, i1 false)
   store i32 0, ptr @tex_rt_busy
   ret void
 }}
@@ -570,6 +594,7 @@ done:
 }}
 """.format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
            sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS, gap_ticks=GAP_TICKS, sys_gettid=SYS_GETTID,
+           tid_bytes=8 * (MAX_WORKERS + 1), flag_bytes=4 * (MAX_WORKERS + 1),
            crowded_ticks=CROWDED_TICKS, mask_words=MASK_BITS // 64,
            mask_bytes=MASK_BITS // 8, mask_bits=MASK_BITS) + POOL_IR
 

@@ -88,7 +88,6 @@ def tuned_schedule(folder, program, fast_math=True, fuse=True, *, threads):
     """The schedule `tex.compile(program)` uses on `threads` threads when the database
     has entries for it (None: the auto schedule). Constant sizes pick their own class's
     entry only."""
-    from .tuning import build
     entries = lookup(folder, program, fast_math, fuse, threads=threads)
     if program.sizes:
         tuned = [(e["stage"], tuple(map(tuple, e["size_class"])), e["plan"]) for e in entries
@@ -98,4 +97,5 @@ def tuned_schedule(folder, program, fast_math=True, fuse=True, *, threads):
                  if e.get("plan") is not None and not e["size_class"]][:1]
     if not tuned:
         return None
+    from .tuning import build        # imported only when there is something to build
     return build(program, tuned, fast_math, fuse)

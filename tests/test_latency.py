@@ -243,3 +243,30 @@ def test_compiling_holds_off_the_garbage_collector_and_restores_it():
     a = np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(f(A=a, B=a.T), a @ a.T * 3.0)
     assert during <= 1       # the one the end of the pause lets run (without it: ~100)
+
+
+def test_chain_steps_share_one_kernel_built_with_every_steps_nests(tmp_path):
+    """`ij,jk,kl->il` on float32 (the first step on operands, the second on an
+    intermediate, of other sizes): one compile. With the last operand float64, the first
+    step casts both its float32 operands and the second casts none: two kernels. Both
+    right. In a child: the kernel caches start empty."""
+    code = (
+        "import json, numpy as np, tex\n"
+        "from tex.backends.llvm import jit\n"
+        "rng = np.random.default_rng(0)\n"
+        "ops = [rng.standard_normal(s).astype(np.float32) for s in [(7, 65), (65, 3), (3, 50)]]\n"
+        "same = bool(np.allclose(tex.einsum('ij,jk,kl->il', *ops),\n"
+        "                        np.einsum('ij,jk,kl->il', *ops), rtol=1e-4, atol=1e-4))\n"
+        "one = jit.STATS['compiled']\n"
+        "mixed = [ops[0], ops[1], ops[2].astype(np.float64)]\n"
+        "mixed_ok = bool(np.allclose(tex.einsum('ij,jk,kl->il', *mixed),\n"
+        "                            np.einsum('ij,jk,kl->il', *mixed)))\n"
+        "print(json.dumps([same, one, mixed_ok, jit.STATS['compiled'] - one]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, env=dict(os.environ, TEX_CACHE_DIR=str(tmp_path)),
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    same, one, mixed_ok, more = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert same and mixed_ok
+    assert one == 1
+    assert more == 2

@@ -100,3 +100,27 @@ def test_a_forked_child_takes_and_gives_blocks(tmp_path):
                          timeout=240, env=dict(os.environ, TEX_CACHE_DIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "child 0 True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_small_temporaries_on_the_stack_and_from_malloc_stay_right():
+    """A batch of tiny products packs B once a product inside a nested parallel loop's
+    function: a panel of up to 16 KiB is taken on that function's stack (K <= 36 here),
+    a larger one from the runtime (malloc's bins, aligned by pool.py, under 64 KiB).
+    Both sides of each bound, odd batches, a strided view, 1 and 3 threads."""
+    NB, M, K, N = tex.sizes("NB M K N")
+    b, i, j, k = tex.indices("b i j k")
+    A = tex.tensor("A", (NB, M, K), "float32")
+    B = tex.tensor("B", (NB, K, N), "float32")
+    f = tex.compile(tex.compute("C", (b, i, k), tex.sum(A[b, i, j] * B[b, j, k], over=j)))
+    rng = np.random.default_rng(1)
+    before = tex.get_num_threads()
+    try:
+        for threads_ in (1, 3):
+            tex.set_num_threads(threads_)
+            for nb, m, kk, n in [(7, 3, 36, 3), (7, 3, 37, 5), (65, 8, 146, 8),
+                                 (65, 8, 147, 7), (1000, 3, 3, 3)]:
+                a = rng.standard_normal((nb, m, kk)).astype(np.float32)
+                bb = rng.standard_normal((nb, n, kk)).astype(np.float32).transpose(0, 2, 1)
+                np.testing.assert_allclose(f(A=a, B=bb), a @ bb, rtol=1e-4, atol=1e-4)
+    finally:
+        tex.set_num_threads(before)

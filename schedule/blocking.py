@@ -162,6 +162,11 @@ def full_tile_vectors(machine=None):
 FUSED_NC = 112      # columns of B a fused nest packs (at most; a multiple of NR): 7 AVX2 panels
 
 
+def fused_columns(blocking):
+    """The columns of B a fused nest packs at a time (its column block)."""
+    return max(blocking.nr, FUSED_NC // blocking.nr * blocking.nr)
+
+
 def _reads_index(defn, tensor, x):
     return any(isinstance(a, Access) and a.tensor is tensor and
                any(x in sp.sympify(ix).free_symbols for ix in a.index)
@@ -198,8 +203,7 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     never a loop over an index in `avoid` (those a fused consumer reduces over). A sliced root's slice
     index `slice_var` runs in the tile, unrolled, between k and the tile's rows."""
     bl = blocking
-    nc = max(bl.nr, FUSED_NC // bl.nr * bl.nr)
-    jc, j1 = stage.split(roles.j, nc)
+    jc, j1 = stage.split(roles.j, fused_columns(bl))
     jr, jj = stage.split(j1, bl.nr, tail="guard")
     ic, i1 = stage.split(roles.i, bl.mc)
     ir, ii = stage.split(i1, bl.mr, tail="guard")

@@ -197,8 +197,10 @@ def test_dag_order_is_networkx_order():
 
 
 def test_compiling_holds_off_the_garbage_collector_and_restores_it():
-    """A compile runs without cyclic collections (tex/gcpause.py: 72 of them were ~55 ms
-    of a first matmul); nested and finished, the collector is back as the user had it."""
+    """A compile runs without automatic cyclic collections (tex/gcpause.py: 72 of them
+    were ~55 ms of a first matmul): nested, the thresholds come back when the outermost
+    pause ends; the user's gc.enable()/disable() is never touched, even in the middle
+    of a pause; a child forked during a pause collects as before."""
     import gc
     import threading
 
@@ -206,20 +208,25 @@ def test_compiling_holds_off_the_garbage_collector_and_restores_it():
 
     import tex
     from tex.gcpause import paused
-    assert gc.isenabled()
+    thresholds = gc.get_threshold()
+    assert thresholds[0] > 0 and gc.isenabled()
     with paused():
-        assert not gc.isenabled()
+        assert gc.get_threshold()[0] == 0 and gc.isenabled()
         with paused():
             pass
-        assert not gc.isenabled()          # the inner block does not end the outer's pause
-    assert gc.isenabled()
-    gc.disable()
-    try:
-        with paused():
-            pass
-        assert not gc.isenabled()          # the user's choice stays
-    finally:
-        gc.enable()
+        assert gc.get_threshold()[0] == 0      # the inner block does not end the outer's
+        gc.disable()                           # the user's, mid-compile (another thread)
+    assert gc.get_threshold() == thresholds
+    assert not gc.isenabled()                  # the user's choice stays
+    gc.enable()
+    read, write = os.pipe()
+    with paused():
+        pid = os.fork()
+        if pid == 0:                           # the child: no compile of its own runs
+            os.write(write, str(gc.get_threshold()[0]).encode())
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert int(os.read(read, 64)) == thresholds[0]
     # a real compile: no collection runs while it compiles, only after
     collections = []
 
@@ -237,9 +244,9 @@ def test_compiling_holds_off_the_garbage_collector_and_restores_it():
         collections.clear()
         f = compile_(gemm3)
         during = len(collections)
-        assert gc.isenabled()
     finally:
         gc.callbacks.remove(count)
+    assert gc.get_threshold() == thresholds
     a = np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(f(A=a, B=a.T), a @ a.T * 3.0)
     assert during <= 1       # the one the end of the pause lets run (without it: ~100)

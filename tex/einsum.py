@@ -391,9 +391,11 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     greedy = optimize is False or optimize is True or optimize == "greedy"
     key = warm.kernel_key(subscripts, arrays, dtype, casting, optimize)
     entry = _kernels.get(key)
+    calls = None
     if entry is None:
         with paused():
-            entry = _compile_kernel(key, subscripts, arrays, dtype, casting, optimize)
+            entry, calls = _compile_kernel(key, subscripts, arrays, dtype, casting,
+                                           optimize)
     if dtype is None and casting == "safe" and greedy:
         _guards[subscripts] = entry.guard
     args = arrays if entry.perm is None else [arrays[p] for p in entry.perm]
@@ -401,15 +403,22 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     try:
         if out is None:
             result = entry.fn(*args)
-            return result[()] if entry.scalar else result
-        if out.dtype == entry.dtype:
-            return entry.fn(*args, out=out)
-        return _cast_into(out, entry, args, casting, len(arrays))
+            result = result[()] if entry.scalar else result
+        elif out.dtype == entry.dtype:
+            result = entry.fn(*args, out=out)
+        else:
+            result = _cast_into(out, entry, args, casting, len(arrays))
     except ShapeError:
         # the kernel refused the sizes: say it as numpy does, when the labels disagree
         resolve_labels(expand(subscripts, tuple(a.ndim for a in arrays))[0],
                        [_spec(a) for a in arrays])
         raise
+    if calls is not None:
+        # recorded after the first call, for the next process's warm start: a kernel
+        # shared with an earlier einsum (a chain's step) builds this call's nests at the
+        # call, and the record must name that build
+        warm.record(key, entry, calls)
+    return result
 
 
 def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
@@ -417,7 +426,8 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     kernel; more run the contraction path one step after another, each step a kernel
     of its own (so compile time grows with the number of steps, not faster), compiled
     once for each distinct step: the steps of a chain of matrix products are all
-    `ab,bc->ac` and share one kernel."""
+    `ab,bc->ac` and share one kernel. Returns (the entry, the operands' shapes of the
+    calls whose nests it built, for the record the caller writes after the first call)."""
     plan = _plan(subscripts, arrays, dtype, casting, optimize)
     out_dims = tuple(next((k, d.index(lb)) for k, d in enumerate(plan.dims) if lb in d)
                      for lb in plan.output)
@@ -438,8 +448,7 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
                         _ones_patterns(key))
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
-    warm.record(key, entry, calls)  # for the next process's warm start
-    return entry
+    return entry, calls
 
 
 def _remember(cache, key, entry):

@@ -277,3 +277,30 @@ def test_chain_steps_share_one_kernel_built_with_every_steps_nests(tmp_path):
     assert same and mixed_ok
     assert one == 1
     assert more == 2
+
+
+def test_a_chain_sharing_an_earlier_chains_kernel_starts_warm_next_time(tmp_path):
+    """A chain whose step kernel an earlier chain built (for its own sizes) builds this
+    call's nests at the call; its record, written after that call, names that build, so
+    the next process runs it warm: no fall back to the general path, nothing compiled."""
+    code = (
+        "import json, sys, numpy as np, tex\n"
+        "from tex.backends.llvm import jit, warm\n"
+        "rng = np.random.default_rng(0)\n"
+        "f32 = lambda *s: rng.standard_normal(s).astype(np.float32)\n"
+        "if sys.argv[1] == 'first':\n"
+        "    a = [f32(7, 65), f32(65, 3), f32(3, 50)]\n"
+        "    tex.einsum('ij,jk,kl->il', *a)\n"
+        "b = [f32(16, 16) for _ in range(4)]\n"
+        "ok = bool(np.allclose(tex.einsum('ab,bc,cd,de->ae', *b),\n"
+        "                      np.einsum('ab,bc,cd,de->ae', *b), rtol=1e-3, atol=1e-3))\n"
+        "print(json.dumps([ok, bool(warm._full), jit.STATS['compiled']]))\n")
+    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path))
+    out = []
+    for phase in ("first", "next"):
+        proc = subprocess.run([sys.executable, "-c", code, phase], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert out[0][0] and out[1][0]
+    assert out[1][1:] == [False, 0], out          # warm, nothing compiled

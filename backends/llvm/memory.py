@@ -20,9 +20,10 @@ class MemoryMixin:
 
     def _allocate(self, s):
         """A buffer live only inside `s.body`: a stack slot when its size is a constant
-        (and small), else heap memory taken the first time the body runs and kept until
-        the function returns -- a packed panel inside a loop is allocated once a call
-        (once a thread, inside a parallel loop), not once an iteration."""
+        (and small), else memory taken the first time the body runs and kept until the
+        function returns (on its stack up to STACK_TEMP_BYTES, else from the runtime) --
+        a packed panel inside a loop is allocated once a call (once a thread, inside a
+        parallel loop), not once an iteration."""
         buf = s.buffer
         if buf.scope is Scope.LOCAL and all(sp.sympify(d).is_Integer for d in buf.shape):
             self._alloca(buf)

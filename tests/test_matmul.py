@@ -63,6 +63,11 @@ def expected(a, b, acc=None):
     return a @ b
 
 
+def target_named(cpu):
+    """The Target of LLVM CPU name `cpu` with the host's caches (None: the current one)."""
+    return targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+
+
 def check(got, want, k):
     if want.dtype.kind == "f":
         eps = np.finfo(want.dtype).eps
@@ -432,7 +437,7 @@ def test_few_rows_stream_b_once_into_a_tile_of_every_row(cpu, dtype, counts):
     AVX2 target."""
     from tex.backends.llvm import codegen
     from tex.scheduler.blocking import default_blocking
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     rng = np.random.default_rng(5)
     before = tex.get_num_threads()
     try:
@@ -468,7 +473,7 @@ def test_few_rows_tile_stays_in_registers(cpu):
     FMA, 0.48x numpy at 4 x 65536 @ 65536 x 512)."""
     from tex.backends.llvm import jit, runtime
     from tex.scheduler.blocking import full_tile_vectors
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     with targets.overriding(t):
         width = full_tile_vectors() * t.lanes("float32")
         for m in (2, 4):
@@ -504,7 +509,7 @@ def test_an_edge_tile_updates_only_the_vectors_of_columns_it_has(cpu, dtype):
     of as many vectors as it has columns (the printed nest shows the versions); every
     remainder of N by the tile's width, from one column to one short of the tile,
     gives numpy's product, with 1 and 3 threads, and with a strided B."""
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     rng = np.random.default_rng(17)
     before = tex.get_num_threads()
     try:
@@ -564,7 +569,7 @@ def test_batched_products_with_a_short_reduction_keep_all_of_k_in_the_tile(cpu, 
     partial sums); a longer reduction keeps the blocked schedule. Both against numpy at
     sizes no tile divides, K at kc and kc + 1, strided operands, 1 and 3 threads."""
     from tex.scheduler.blocking import default_blocking
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     C = batched_matmul(dtype)
     rng = np.random.default_rng(11)
     before = tex.get_num_threads()
@@ -647,7 +652,7 @@ def test_batches_of_products_narrower_than_a_tile(cpu, dtype):
     not dot products: against numpy for rows below and above the tile's, K of 1 and at
     kc, strided and transposed operands, 1 and 3 threads."""
     from tex.scheduler.blocking import default_blocking
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     C = batched_matmul(dtype)
     rng = np.random.default_rng(12)
     before = tex.get_num_threads()
@@ -683,7 +688,7 @@ def test_products_of_one_column_block_run_the_whole_k_nest_whatever_the_size_of_
     numpy at the block's width and one past it, an odd M, a transposed A, 1 and 3
     threads."""
     from tex.scheduler.blocking import default_blocking, fused_columns
-    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    t = target_named(cpu)
     rng = np.random.default_rng(13)
     before = tex.get_num_threads()
     try:

@@ -418,8 +418,12 @@ def _merge(state, part, part_pos, part_index, q, parts, out_buf, out_index):
         pos = Buffer(f"{d.name}_pos", (), np.dtype("int64"), Scope.LOCAL)
         target = ArgTarget(pos, (), Access(part_pos, part_index))
         body.append(Store(pos, (), Const(0, "int64")))
+    kind = LoopKind.SERIAL
+    if part.scope is Scope.LOCAL and target is None and len(part_index) == 1 and \
+            parts.is_Integer and int(parts) >= 2 and not int(parts) & (int(parts) - 1):
+        kind = LoopKind.VECTOR
     body.append(Loop(q, parts, (Update(acc, (), red.combiner, Access(part, part_index),
-                                       state.fast_math, target),), reduction=True))
+                                       state.fast_math, target),), kind, reduction=True))
     at = dict(zip(d.indices, out_index))
     body += _finish(state, out_buf, out_index, Access(target.buffer if target else acc, ()), at)
     return tuple(body)

@@ -100,3 +100,21 @@ print("ok", os.waitstatus_to_exitcode(status), float(tex.einsum("ij,ij->", a, a)
 def test_import_tex_works_when_no_thread_can_start(tmp_path):
     out = run(["-c", NO_THREADS], tmp_path, env={"TEX_WARMUP": "1"})
     assert "ok 0 12.0" in out, out
+
+
+FIRST_COMPILE = r"""
+import numpy as np, tex, tex.warmup
+from tex.backends.llvm import threads
+assert not tex.warmup._thread
+a = np.ones((5, 7), np.float32)
+assert np.allclose(tex.einsum("ij,ij->ij", a, a), a * a)
+print("thread", [t.name for t in tex.warmup._thread], "runtime", bool(threads._runtime))
+"""
+
+
+def test_a_first_compile_in_a_script_builds_the_runtime_on_a_thread(tmp_path):
+    """A script's first einsum without a kernel on disk starts the LLVM warm-up (the
+    thread runtime's compile overlaps the import of sympy); TEX_WARMUP=0 starts none."""
+    assert "thread ['tex-warmup'] runtime True" in run(["-c", FIRST_COMPILE], tmp_path)
+    assert "thread [] runtime True" in run(["-c", FIRST_COMPILE], tmp_path,
+                                           env={"TEX_WARMUP": "0"})

@@ -45,6 +45,8 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tex' has no attribute {name!r}")
+    if name == "compile":
+        warmup.start_llvm()             # the first compile is about to start
     importlib.import_module(".interop", __name__)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value

@@ -52,9 +52,9 @@ def interactive():
     return "IPython" in sys.modules or hasattr(sys, "ps1") or bool(sys.flags.interactive)
 
 
-def _warm():
+def _warm(modules=MODULES):
     try:
-        for name in MODULES:
+        for name in modules:
             importlib.import_module(name)
         from tex.backends.llvm import jit, threads
         jit.Machine.get()
@@ -71,9 +71,25 @@ def _wait():
 def start():
     """Start the warm-up thread when the session is interactive (or TEX_WARMUP=1)."""
     wanted = os.environ.get("TEX_WARMUP", "")
-    if _thread or wanted == "0" or (wanted != "1" and not interactive()):
+    if wanted != "1" and not interactive():
         return
-    thread = threading.Thread(target=_warm, name="tex-warmup")
+    _start(_warm)
+
+
+def start_llvm():
+    """At a first compile in a script (tex.einsum without a kernel on disk, or the first
+    use of tex.compile): build LLVM's target machine and the thread runtime on a thread while this
+    one imports sympy and builds the kernel's IR. The runtime's LLVM compile (about 70 ms
+    when the kernel cache is new: it is cached there) releases the GIL, so on a second
+    core it costs the first call nothing."""
+    _start(lambda: _warm(modules=()))
+
+
+def _start(work):
+    if _thread or os.environ.get("TEX_WARMUP", "") == "0" or "tex.backends.llvm.threads" in \
+            sys.modules and sys.modules["tex.backends.llvm.threads"]._runtime:
+        return
+    thread = threading.Thread(target=work, name="tex-warmup")
     try:
         thread.start()
     except RuntimeError:        # no thread to be had (a limit, or the interpreter exits)

@@ -68,6 +68,8 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
                 _guards[subscripts] = entry.guard
                 return result
     if not _full:
+        from tex import warmup
+        warmup.start_llvm()
         _full.append(importlib.import_module("tex.einsum")._einsum)
     return _full[0](subscripts, operands, dtype, out, optimize, casting, order)
 

@@ -113,6 +113,21 @@ def _reduced_by_members(epilogue):
     return out
 
 
+def _reduced_in_lanes(epilogue, fast_math):
+    """The root's indices that every fused consumer reducing over them may regroup
+    (the epilogue keeps their partials per vector lane: epilogue._lanes)."""
+    out, refused = set(), set()
+    for f in epilogue.members:
+        red = f.definition.reduction
+        if red is None:
+            continue
+        acc = red.body.dtype if COMBINERS[red.combiner].positional else red.dtype
+        ok = COMBINERS[red.combiner].may_reassociate(acc, fast_math and red.fast_math)
+        for x in red.over:
+            (out if ok else refused).add(f.to_root[x])
+    return out - refused
+
+
 def _auto_fused_root(stage, epilogue):
     """A definition with consumers in its epilogue: a contraction gets the fused blocked
     schedule (blocking.block_fused_contraction: all of k inside the register tile) for
@@ -141,7 +156,8 @@ def _auto_fused_root(stage, epilogue):
         if cond is not sp.false:
             spec = stage if cond is sp.true else stage.specialize(cond)
             block_fused_contraction(spec, roles, blocking, avoid,
-                                    slices.var if slices is not None else None)
+                                    slices.var if slices is not None else None,
+                                    _reduced_in_lanes(epilogue, stage.state.fast_math))
             if cond is sp.true:
                 return
     if red is not None and len(d.indices) == 1 and not avoid:

@@ -185,7 +185,8 @@ def sliced_blocking(defn, roles, blocking, slices, lanes):
     return replace(blocking, mr=max(1, blocking.mr // count))
 
 
-def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var=None):
+def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var=None,
+                            in_lanes=frozenset()):
     """The blocked schedule for a contraction with fused consumers: the whole of k runs
     inside the register tile, so each tile's sum is final after its k loop and the
     consumers' epilogue reads it in registers:
@@ -200,17 +201,30 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     A is read in place: MR rows of it, each streamed along k (measured on Zen 3 as fast
     as packing it, 1024^3 and 512 x 1024 x 4096). The threads share the first batch loop,
     the jc blocks and the ic blocks, or the jr panels when a consumer reduces over i;
-    never a loop over an index in `avoid` (those a fused consumer reduces over). A sliced root's slice
+    never a loop over an index in `avoid` (those a fused consumer reduces over), unless
+    the consumers reduce over it in lanes (`in_lanes`: their per-lane partials, which
+    epilogue.privatize_parts then keeps apart per part): a consumer that reduces over j
+    gets the jc blocks dealt in a part a thread (`jp`, when each gets four blocks or
+    more: each thread packs its own B blocks, one parallel region a call), where the ic
+    blocks of every jc block had a region of their own (16 for 1024^3: right after a
+    numpy call, whose BLAS thread keeps a core, each waited on it). A sliced root's slice
     index `slice_var` runs in the tile, unrolled, between k and the tile's rows."""
+    from tex.expr import AutoParts
     bl = blocking
     jc, j1 = stage.split(roles.j, fused_columns(bl))
+    parts = []
+    if roles.j in avoid and roles.j in in_lanes:
+        name = f"{stage.state.definition.name}_column_parts"
+        blocks = stage.state.axis(jc.var).extent
+        jp, jc = stage.split_parts(jc, AutoParts(name, 1, blocks, rule="threads"))
+        parts = [jp]
     jr, jj = stage.split(j1, bl.nr, tail="guard")
     ic, i1 = stage.split(roles.i, bl.mc)
     ir, ii = stage.split(i1, bl.mr, tail="guard")
     others = [h for h in stage.loops if h.is_reduction]
     sliced = [h for h in stage.loops if h.var is stage.state.subst.get(slice_var)]
     batch = [h for h in stage.loops if not h.is_reduction and h.var not in
-             {x.var for x in [jc, jr, jj, ic, ir, ii] + sliced}]
+             {x.var for x in [*parts, jc, jr, jj, ic, ir, ii] + sliced}]
     # B's slices run between the tile's rows and its vector: each broadcast of A feeds
     # both slices' FMAs at once (with the slice loop outside the rows, the six
     # broadcasts stayed live across both slices and the 12 accumulators spilled: 2.4x
@@ -219,7 +233,7 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
         order = [ii, *sliced, jj]
     else:
         order = [*sliced, ii, jj]
-    stage.reorder(*batch, jc, ic, jr, ir, *others, *order)
+    stage.reorder(*batch, *parts, jc, ic, jr, ir, *others, *order)
     stage.pack(roles.b, jc, layout="loops")
     if not _streams_along(stage.state.definition, roles.a, roles.k):
         stage.pack(roles.a, ic, layout="loops")
@@ -235,8 +249,7 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     # team goes to the outermost loop with two iterations); GEGLU 512 x 1024 x 4096 on
     # 2 threads: 12.3 -> 10.4 ms, and 20.9 -> 13.7 ms right after a numpy call (whose
     # BLAS thread keeps a core: the region per column block then waited on it 44 times)
-    if roles.j not in avoid:
-        parallel += [jc]
+    parallel += [jc] if roles.j not in avoid else parts
     parallel += [ic] if roles.i not in avoid else [jr] if roles.j not in avoid else []
     for loop in parallel:
         stage.parallel(loop)

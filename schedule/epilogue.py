@@ -16,7 +16,7 @@ updates run as the producer's tiles complete (the reduction's initialisation goe
 before the nest). Elementwise consumers may feed later consumers of the same epilogue:
 their values are substituted, not stored, unless something outside reads them.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sympy as sp
@@ -76,6 +76,7 @@ class Lanes:
     width: int
     values: Buffer
     positions: Buffer        # argmax/argmin, else None
+    parts: object = None     # the count of parts kept apart (privatize_parts), else None
 
 
 def _scope(shape, dtype):
@@ -198,10 +199,79 @@ def _rebuilt(expr, at, values, buffers, slices=None):
     return rebuild(expr, fn)
 
 
-def around(epi, body):
+def privatize_parts(epi, body):
+    """Lanes kept apart per chunk of a parallel loop that runs over a reduced index
+    (a matmul's column blocks dealt to the threads in parts, split_parts, for a consumer
+    that reduces over the columns): where a lane update sits in a parallel loop that
+    its index does not move with, two threads would combine into one element; the lanes
+    get that loop's variable as a first index instead, `R_lanes[p, i, lane]`, and the
+    merge after the nest runs over the parts too. Nests without such a loop (another
+    specialization) use part 0. Returns (body, {member: its Lanes with parts}); updates
+    in two such parallel loops at once are left for check_races to refuse."""
+    owner = {}
+    for d, lane in epi.lanes.items():
+        for buf in (lane.values, lane.positions):
+            if buf is not None:
+                owner[id(buf)] = d
+    part_loops, extents = set(), {}
+
+    def find(node, parallel):
+        if isinstance(node, Loop) and node.kind is LoopKind.PARALLEL:
+            parallel = parallel + (node,)
+        if isinstance(node, Update) and id(node.buffer) in owner:
+            moves = set().union(*(sp.sympify(ix).free_symbols for ix in node.index))
+            shared = [loop for loop in parallel if loop.var not in moves]
+            if len(shared) == 1:
+                part_loops.add(id(shared[0]))
+                d = owner[id(node.buffer)]
+                extents.setdefault(d, []).append(sp.sympify(shared[0].extent))
+        for child in getattr(node, "body", ()):
+            find(child, parallel)
+    for node in body:
+        find(node, ())
+    if not extents:
+        return tuple(body), {}
+    parted = {}
+    for d, exts in extents.items():
+        lane = epi.lanes[d]
+        parts = sp.Max(1, *exts)
+
+        def with_parts(buf):
+            if buf is None:
+                return None
+            shape = (parts,) + tuple(buf.shape)
+            return Buffer(buf.name, shape, buf.dtype, _scope(shape, buf.dtype))
+        parted[d] = Lanes(lane.width, with_parts(lane.values), with_parts(lane.positions),
+                          parts)
+    new_buf = {}
+    for d, lane in parted.items():
+        new_buf[id(epi.lanes[d].values)] = lane.values
+        if lane.positions is not None:
+            new_buf[id(epi.lanes[d].positions)] = lane.positions
+
+    def rewrite(node, part):
+        if isinstance(node, Loop) and id(node) in part_loops:
+            part = node.var
+        if isinstance(node, Update) and id(node.buffer) in new_buf:
+            arg = node.arg
+            if arg is not None and id(arg.buffer) in new_buf:
+                arg = replace(arg, buffer=new_buf[id(arg.buffer)], index=(part,) + arg.index)
+            return node.replace(buffer=new_buf[id(node.buffer)], index=(part,) + node.index,
+                                arg=arg)
+        kids = getattr(node, "body", None)
+        if not kids:
+            return node
+        new = tuple(rewrite(k, part) for k in kids)
+        return node if all(a is b for a, b in zip(new, kids)) else node.replace(body=new)
+    return tuple(rewrite(node, sp.Integer(0)) for node in body), parted
+
+
+def around(epi, body, parted=None):
     """The root's stage body with the reduction members' initialisation before it, the
     merge of their lanes after it, and their buffers (argmax values, lanes) allocated
-    around it."""
+    around it. `parted`: the lanes privatize_parts gave parts."""
+    parted = parted or {}
+    lanes = {d: parted.get(d, lane) for d, lane in epi.lanes.items()}
     inits, merges = [], []
     for f in epi.members:
         d = f.definition
@@ -213,23 +283,28 @@ def around(epi, body):
         stores = [Store(target, idx, identity(red.combiner, target.dtype))]
         if d in epi.values:
             stores.append(Store(epi.buffers[d], idx, Const(0, "int64")))
-        lane = epi.lanes.get(d)
+        lane = lanes.get(d)
         if lane is not None:
             q = Index("lane")
-            lidx = idx + (q,)
+            p = Index("part")
+            lidx = ((p,) if lane.parts is not None else ()) + idx + (q,)
             fill = [Store(lane.values, lidx, identity(red.combiner, lane.values.dtype))]
             arg = None
             if lane.positions is not None:     # a position no real one ties with
                 fill.append(Store(lane.positions, lidx, Const(2**63 - 1, "int64")))
                 arg = ArgTarget(epi.buffers[d], idx, Access(lane.positions, lidx))
-            stores.append(Loop(q, lane.width, tuple(fill)))
+            fill = (Loop(q, lane.width, tuple(fill)),)
             merge = Update(target, idx, red.combiner, Access(lane.values, lidx),
                            red.fast_math, arg)
-            merges.extend(_over(d, idx, (Loop(q, lane.width, (merge,), reduction=True),),
-                                LoopKind.PARALLEL))
+            merge = (Loop(q, lane.width, (merge,), reduction=True),)
+            if lane.parts is not None:
+                fill = (Loop(p, lane.parts, fill),)
+                merge = (Loop(p, lane.parts, merge, reduction=True),)
+            stores.extend(fill)
+            merges.extend(_over(d, idx, merge, LoopKind.PARALLEL))
         inits.extend(_over(d, idx, tuple(stores)))
     body = tuple(inits) + tuple(body) + tuple(merges)
-    buffers = list(epi.values.values()) + [b for lane in epi.lanes.values()
+    buffers = list(epi.values.values()) + [b for lane in lanes.values()
                                            for b in (lane.values, lane.positions) if b]
     for buf in buffers:
         body = (Allocate(buf, body),)

@@ -15,7 +15,7 @@ from .ir import Guard, LoopKind, Stage
 from .printer import format_nest
 from .stage import lower_stage
 from .steps import (ComputeAt, Pack, Privatize, Reorder, SetKind, Specialize, Split, SplitK,
-                    recorded_parts)
+                    SplitParts, recorded_parts)
 from .strategies import reduction_strategy
 
 
@@ -76,10 +76,10 @@ class StageHandle:
         epilogue = sched._epilogue(d)
         if epilogue is not None:          # the fused consumers must still fit the new nest
             from dataclasses import replace
-            from .epilogue import check_races
+            from .epilogue import check_races, privatize_parts
             nest = lower_stage(replace(state, epilogue=epilogue), sched._buffers(),
                                sched._states)
-            check_races(epilogue, nest.body, d.name)
+            check_races(epilogue, privatize_parts(epilogue, nest.body)[0], d.name)
         self._store(state)
         for step in steps:
             self.sched._record(step)
@@ -129,6 +129,14 @@ class StageHandle:
         var = self._var("split_k", loop)
         state, outer, inner = P.split_k(self.state, var, parts)
         self._apply(state, SplitK(self.name, var.name, recorded_parts(parts)))
+        return LoopHandle(self, outer), LoopHandle(self, inner)
+
+    def split_parts(self, loop, parts):
+        """Split a loop into `parts` chunks (the outer loop counts them): split_k's split
+        without partial results; `parts` may be `tex.param("P")`."""
+        var = self._var("split_parts", loop)
+        state, outer, inner = P.split_parts(self.state, var, parts)
+        self._apply(state, SplitParts(self.name, var.name, recorded_parts(parts)))
         return LoopHandle(self, outer), LoopHandle(self, inner)
 
     def privatize(self, loop):
@@ -227,9 +235,10 @@ class StageHandle:
             body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name))
         note = None
         if epilogue is not None:
-            from .epilogue import around, check_races, describe
+            from .epilogue import around, check_races, describe, privatize_parts
+            body, parted = privatize_parts(epilogue, body)
             check_races(epilogue, body, self.definition.name)
-            body = around(epilogue, body)
+            body = around(epilogue, body, parted)
             note = describe(epilogue)
         return Stage(self.definition, tuple(body), note)
 

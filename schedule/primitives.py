@@ -219,14 +219,36 @@ def split_k(state, var, parts):
               "already: split_k splits a reduction across threads)")
     _check_not_anchor("split_k", state, axis)
     _check_reassociation("split_k", state, axis)
+    state, outer, inner = _into_parts("split_k", state, axis, parts, LoopKind.PARALLEL)
+    return privatize(state, outer), outer, inner
+
+
+def split_parts(state, var, parts):
+    """Split loop `var` into `parts` chunks (the outer loop counts the chunks): the
+    split of split_k without its partial results, for a loop whose chunks the threads
+    may share otherwise (a fused consumer's reduction over the column blocks of a
+    matmul, each chunk's partials kept apart by the epilogue: epilogue.privatize_parts).
+
+    rewrite:  for x in 0..E: s(x)
+           -> for xo in 0..P: for xi in 0..Min(c, E - xo*c): s(xo*c + xi)    c = ceil(E / P)
+    `parts` is an integer >= 1 or a `tex.param` (or the auto schedule's AutoParts)."""
+    axis = _require("split_parts", state, var)
+    if var is state.private:
+        _fail("split_parts", state, f"loop {axis.name} holds private partial results; split "
+              "it before privatize")
+    return _into_parts("split_parts", state, axis, parts, axis.kind)
+
+
+def _into_parts(prim, state, axis, parts, kind):
+    _check_not_anchor(prim, state, axis)
     if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
-        _fail("split_k", state, f"loop {axis.name}: parts {parts!r} is not an integer or "
+        _fail(prim, state, f"loop {axis.name}: parts {parts!r} is not an integer or "
               "tex.param")
     if isinstance(parts, int) and parts < 1:
-        _fail("split_k", state, f"loop {axis.name}: parts must be >= 1, got {parts}")
+        _fail(prim, state, f"loop {axis.name}: parts must be >= 1, got {parts}")
     E = sp.sympify(axis.extent)
     if E.free_symbols & {a.var for a in state.axes}:
-        _fail("split_k", state, f"loop {axis.name} has extent {show(E)}, which depends on "
+        _fail(prim, state, f"loop {axis.name} has extent {show(E)}, which depends on "
               "another loop")
     P = sp.sympify(parts)
     chunk = CeilDiv(E, P)
@@ -234,18 +256,15 @@ def split_k(state, var, parts):
     inner = Index(fresh_name(state, axis.name + "i"))
     old = axis.var
     rebuilt = outer * chunk + inner
-    new_axes = [Axis(outer, P, True, LoopKind.PARALLEL)]
+    new_axes = [Axis(outer, P, axis.reduction, kind)]
     for a in state.axes:
         if a is axis:
-            new_axes.append(Axis(inner, Min(chunk, E - outer * chunk), True))
+            new_axes.append(Axis(inner, Min(chunk, E - outer * chunk), axis.reduction))
         else:
             new_axes.append(replace(a, extent=sp.sympify(a.extent).xreplace({old: rebuilt})))
     subst = {x: e.xreplace({old: rebuilt}) for x, e in state.subst.items()}
     guards = tuple(g.xreplace({old: rebuilt}) for g in state.guards)
-    state = state.with_axes(new_axes, subst=subst, guards=guards)
-    return privatize(state, outer), outer, inner
-
-
+    return state.with_axes(new_axes, subst=subst, guards=guards), outer, inner
 
 
 def pack(state, tensor, var, layout="box"):

@@ -23,7 +23,7 @@ from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
 from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite, SetKind,
-                    Specialize, Split, SplitK, Unfuse, from_json, to_json)
+                    Specialize, Split, SplitK, SplitParts, Unfuse, from_json, to_json)
 from . import fusion
 from .vectorize import plan_vectors, vector_refusal
 from .blocked_sums import blocked_sums
@@ -348,6 +348,8 @@ class Schedule:
                 stage.reorder(*st.loops)
             elif isinstance(st, SplitK):
                 stage.split_k(st.loop, self._parts(st.parts))
+            elif isinstance(st, SplitParts):
+                stage.split_parts(st.loop, self._parts(st.parts))
             elif isinstance(st, Privatize):
                 stage.privatize(st.loop)
             elif isinstance(st, Pack):
@@ -370,9 +372,10 @@ class Schedule:
         if isinstance(parts, str) and parts.startswith("param:"):
             return Param(parts[len("param:"):])
         if isinstance(parts, str) and parts.startswith("auto:"):
-            name, rows, length = parts[len("auto:"):].split("|")
+            name, rows, length, *rule = parts[len("auto:"):].split("|")
             names = {str(x): x for x in self.program.sizes}
-            return AutoParts(name, sp.sympify(rows, locals=names), sp.sympify(length, locals=names))
+            return AutoParts(name, sp.sympify(rows, locals=names),
+                             sp.sympify(length, locals=names), *rule)
         return parts
 
     @property

@@ -25,7 +25,15 @@ class SplitK:
     stage: str
     loop: str
     parts: object             # an int, "param:NAME" for a call-time tex.param, or
-    #                           "auto:NAME|rows|length" for the auto schedule's AutoParts
+    #                           "auto:NAME|rows|length[|rule]" for the auto schedule's
+    #                           AutoParts
+
+
+@dataclass(frozen=True)
+class SplitParts:
+    stage: str
+    loop: str
+    parts: object             # as SplitK's
 
 
 @dataclass(frozen=True)
@@ -90,14 +98,15 @@ class Specialize:
     condition: str          # a relation of sizes and params, as sympy prints it
 
 
-STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, Privatize, Pack, ComputeAt,
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, SplitParts, Privatize, Pack, ComputeAt,
                                          Fuse, Unfuse, NotFused, Rewrite, SetKind, Specialize)}
 
 
 def recorded_parts(parts):
     """A split_k part count as a step records it (an int, or a string naming the param)."""
     if isinstance(parts, AutoParts):
-        return f"auto:{parts}|{parts.rows}|{parts.length}"
+        rule = "" if parts.rule == "split_k" else f"|{parts.rule}"
+        return f"auto:{parts}|{parts.rows}|{parts.length}{rule}"
     return f"param:{parts}" if isinstance(parts, Param) else parts
 
 

@@ -131,6 +131,45 @@ def test_argmax_ties_go_to_the_first_position_like_numpy():
     np.testing.assert_array_equal(f(a, b), np.full(9, 34))
 
 
+@pytest.mark.parametrize("cpu", [None, "haswell"])
+def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
+    """A consumer reducing over j keeps its lane partials per part of the column blocks
+    (epilogue.privatize_parts), so the threads share the column blocks in one parallel
+    region: `R_lanes[C_column_parts, M, W]`, a part a thread when each gets four blocks.
+    Max, min and argmax (ties, NaN) against numpy on 1 to 3 threads, sizes no block
+    divides, strided operands; part counts of 1 (few blocks) and 3."""
+    from tex.scheduler import target as targets
+    i, j, k, A, B, bias, C = _ops()
+    progs = {"max": tex.compute("R", (i,), tex.max(C[i, j], over=j)),
+             "min": tex.compute("Rn", (i,), tex.min(C[i, j] + bias[j], over=j)),
+             "argmax": tex.compute("Am", (i,), tex.argmax(C[i, j], over=j))}
+    t = targets.target() if cpu is None else targets.named(cpu, targets.host().caches)
+    rng = np.random.default_rng(11)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(t):
+            for name, out in progs.items():
+                f = tex.compile(out)
+                assert re.search(r"for \w+ in 0\.\.C_column_parts:  # parallel", f.loop_nest)
+                lanes = [b for b in f.buffers if b.name.endswith("_lanes")]
+                assert [str(b.shape[0]) for b in lanes] == ["C_column_parts"], f.buffers
+                for m, kk, n in [(7, 5, 1000), (65, 33, 2049), (13, 3, 100)]:
+                    a = rng.integers(-2, 3, (m, kk)).astype(np.float32)   # ties
+                    b = rng.integers(-2, 3, (kk, 2 * n)).astype(np.float32)[:, ::2]
+                    bias = rng.integers(-2, 3, n).astype(np.float32)
+                    if m > 3:
+                        a[3, 0] = np.nan
+                    c = a @ b
+                    want = {"max": lambda: c.max(1), "min": lambda: (c + bias).min(1),
+                            "argmax": lambda: c.argmax(1)}[name]()
+                    for threads in (1, 2, 3):
+                        tex.set_num_threads(threads)
+                        got = f(a, b, bias) if name == "min" else f(a, b)
+                        np.testing.assert_array_equal(got, want)
+    finally:
+        tex.set_num_threads(before)
+
+
 def test_empty_reduced_range_raises_like_numpy():
     i, j, k, A, B, bias, C = _ops()
     f = tex.compile(tex.compute("R", (i,), tex.max(C[i, j], over=j)))

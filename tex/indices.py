@@ -262,22 +262,24 @@ def _lattice(cls, conds, identity, zero):
 
 
 class AutoParts(Param):
-    """A split_k part count that the call path chooses from the sizes and the thread
-    count (`s.auto()`'s split-K decision): `rows` is the extent of the loop that the
-    threads would otherwise share, `length` the extent of the reduction."""
+    """A part count that the call path chooses from the sizes and the thread count, by
+    one of the runtime's rules (backends/llvm/runtime.PART_RULES): "split_k" (`s.auto()`'s
+    split-K decision: `rows` is the extent of the loop that the threads would otherwise
+    share, `length` the extent of the reduction) or "threads" (a part a thread when
+    `length`, the chunks to deal, gives each at least four; `rows` unused)."""
 
-    def __new__(cls, name, rows, length):
+    def __new__(cls, name, rows, length, rule="split_k"):
         # not through sympy's symbol cache, which would hand back (and overwrite) the
         # AutoParts of another program with the same name
         obj = sp.Symbol.__xnew__(cls, name, integer=True, positive=True)
-        obj.rows, obj.length = sp.sympify(rows), sp.sympify(length)
+        obj.rows, obj.length, obj.rule = sp.sympify(rows), sp.sympify(length), rule
         return obj
 
     def _hashable_content(self):
-        return super()._hashable_content() + (self.rows, self.length)
+        return super()._hashable_content() + (self.rows, self.length, self.rule)
 
     def __getnewargs_ex__(self):
-        return (self.name, self.rows, self.length), {}
+        return (self.name, self.rows, self.length, self.rule), {}
 
 
 def _split_names(names):

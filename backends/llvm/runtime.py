@@ -46,6 +46,10 @@ from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  
 # to the others (123 x 51234 x 456 on 2 threads right after a numpy call: 34-38 ms with
 # a part a thread, 25-29 with four; 18-20 alone either way)
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
+# AutoParts rules by name (tex.expr.AutoParts.rule): "threads" deals `length` chunks (a
+# fused matmul's column blocks) a part a thread when each gets at least four
+PART_RULES = {"split_k": AUTO_PARTS,
+              "threads": "{t} if {t} > 1 and {length} >= 4 * {t} else 1"}
 
 
 def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True,
@@ -402,8 +406,8 @@ def _make_caller(sig):
         L.append(f"        raise _rank_error(_sig, ({', '.join(argnames)},)) from None")
     for p in kernel.params:
         if isinstance(p, AutoParts):
-            rule = AUTO_PARTS.format(t="_t", rows=pyexpr(p.rows, names),
-                                     length=pyexpr(p.length, names))
+            rule = PART_RULES[p.rule].format(t="_t", rows=pyexpr(p.rows, names),
+                                             length=pyexpr(p.length, names))
             L.append("    _t = _nt[0]")
             L.append(f"    {names[p]} = {rule}")
             continue

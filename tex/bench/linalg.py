@@ -141,7 +141,7 @@ def auto_parts(f, sizes):
     parts = [eval(runtime.AUTO_PARTS.format(t=tex.get_num_threads(),   # noqa: S307 - the
                                             rows=value(p.rows),        # runtime's own rule
                                             length=value(p.length)))
-             for p in f.kernel.params if isinstance(p, AutoParts)]
+             for p in f.kernel.params if isinstance(p, AutoParts) and p.rule == "split_k"]
     return max(parts, default=1)
 
 

@@ -112,6 +112,31 @@ print("thread", [t.name for t in tex.warmup._thread], "runtime", bool(threads._r
 """
 
 
+PREBUILD = r"""
+import os, tempfile, warnings, tex
+from tex.backends.llvm import jit, threads
+first = os.environ["TEX_CACHE_DIR"]
+threads.prebuild()
+print("written at prebuild", os.path.exists(first) and os.listdir(first))
+later = tempfile.mkdtemp(dir=os.path.dirname(first))
+os.environ["TEX_CACHE_DIR"] = later
+threads.runtime()
+print("prebuilt", jit.STATS["prebuilt"], "compiled here", jit.STATS["compiled"],
+      "runtime files", len(os.listdir(os.path.join(later, "runtime"))),
+      "host record", len(os.listdir(os.path.join(later, "host"))))
+"""
+
+
+def test_the_runtime_compiled_ahead_is_cached_where_the_first_call_says(tmp_path):
+    """jit.prebuild (the warm-up thread's work) compiles the runtime and touches no disk
+    cache: the first call loads its object and writes it, and the host's record the
+    warm-up learned, to the cache folder in effect then (a folder set after the warm-up
+    started)."""
+    out = run(["-c", PREBUILD], tmp_path / "first", env={"TEX_WARMUP": "0"})
+    assert "written at prebuild False" in out, out
+    assert "prebuilt 1 compiled here 0 runtime files 1 host record 1" in out, out
+
+
 def test_a_first_compile_in_a_script_builds_the_runtime_on_a_thread(tmp_path):
     """A script's first einsum without a kernel on disk starts the LLVM warm-up (the
     thread runtime's compile overlaps the import of sympy); TEX_WARMUP=0 starts none."""

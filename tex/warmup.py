@@ -1,15 +1,19 @@
-"""Warm-up in an interactive session: what the first compile needs, loaded while the
-user types the next cell.
+"""Warm-up: what the first compile needs, prepared on a thread while this one does
+something else.
 
 `import tex` is kept small (sympy and llvmlite load with the first name that uses them),
 so the first compile pays for them: about 0.3 s of imports, LLVM's start and the thread
 runtime, before the kernel's own compile. In a notebook or a REPL the next cell comes
-seconds later, so `import tex` starts a thread that does that work in between; a
-script, which calls at once, gains nothing from it and starts none. `TEX_WARMUP=1`
-starts it anywhere, `TEX_WARMUP=0` nowhere.
+seconds later, so `import tex` starts a thread that does that work in between (`start`).
+A script calls at once: its import starts nothing, but its first compile starts a
+thread that compiles the thread runtime while this one imports sympy and builds the
+kernel (`start_llvm`: LLVM releases the GIL). `TEX_WARMUP=1` starts the interactive
+warm-up anywhere, `TEX_WARMUP=0` no thread at all.
 
 The thread only imports modules and builds what the process builds once anyway (the
-LLVM target machine, the thread runtime); a failure there is left for the first call to
+LLVM target machine, the thread runtime's object code: jit.prebuild, which leaves the
+disk cache, its warnings and the workers' placement to the first call, on the caller's
+thread and with the caller's settings); a failure there is left for the first call to
 meet and report. A fork waits for the thread to finish (at most WAIT_AT_FORK seconds):
 the child must not inherit an import lock held by a thread it does not have.
 """
@@ -45,6 +49,7 @@ MODULES = (
 )
 
 _thread = []
+_starting = threading.Lock()
 
 
 def interactive():
@@ -56,9 +61,8 @@ def _warm(modules=MODULES):
     try:
         for name in modules:
             importlib.import_module(name)
-        from tex.backends.llvm import jit, threads
-        jit.Machine.get()
-        threads.runtime()
+        from tex.backends.llvm import threads
+        threads.prebuild()
     except Exception:       # noqa: BLE001 -- the first call meets it again and reports it
         pass
 
@@ -78,21 +82,24 @@ def start():
 
 def start_llvm():
     """At a first compile in a script (tex.einsum without a kernel on disk, or the first
-    use of tex.compile): build LLVM's target machine and the thread runtime on a thread while this
-    one imports sympy and builds the kernel's IR. The runtime's LLVM compile (about 70 ms
-    when the kernel cache is new: it is cached there) releases the GIL, so on a second
-    core it costs the first call nothing."""
+    use of tex.compile): compile the thread runtime on a thread while this one imports
+    sympy and builds the kernel's IR. That LLVM compile (about 70 ms when the kernel
+    cache is new: the runtime is cached there) releases the GIL, so on a second core it
+    costs the first call nothing."""
     _start(lambda: _warm(modules=()))
 
 
 def _start(work):
-    if _thread or os.environ.get("TEX_WARMUP", "") == "0" or "tex.backends.llvm.threads" in \
-            sys.modules and sys.modules["tex.backends.llvm.threads"]._runtime:
-        return
-    thread = threading.Thread(target=work, name="tex-warmup")
-    try:
-        thread.start()
-    except RuntimeError:        # no thread to be had (a limit, or the interpreter exits)
-        return
-    _thread.append(thread)
+    with _starting:
+        if _thread or os.environ.get("TEX_WARMUP", "") == "0" or \
+                "tex.backends.llvm.threads" in sys.modules and \
+                sys.modules["tex.backends.llvm.threads"]._runtime:
+            return
+        # not a daemon whoever starts it: the interpreter's exit waits for LLVM to finish
+        thread = threading.Thread(target=work, name="tex-warmup", daemon=False)
+        try:
+            thread.start()
+        except RuntimeError:        # no thread to be had (a limit, or the interpreter exits)
+            return
+        _thread.append(thread)
     os.register_at_fork(before=_wait)

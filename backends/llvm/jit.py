@@ -77,9 +77,11 @@ def _codegen_source_hash():
 CODEGEN_SOURCE = _codegen_source_hash()
 MAGIC = b"TEXOBJ2\n"
 DIGEST_BYTES = 32
-STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt"
+STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt",
+#                                      "prebuilt" (the runtime compiled ahead: prebuild)
 _lock = threading.RLock()
 _memory = collections.OrderedDict()  # key -> (image, address), least recently used first
+_prebuilt = {}      # key -> [threading.Event, object or None]: compiled ahead (prebuild)
 
 
 def kernel_cache_size():
@@ -200,13 +202,18 @@ def _ask_llvm():
     return [cpu, features, ".".join(map(str, _llvm().llvm_version_info))]
 
 
-def host_facts():
+def host_facts(disk=True):
     """(host CPU name, its features, LLVM's version), as llvmlite reports them. The
     answer is kept in the disk cache under the host's signature (`_host_signature`), so
-    that a process running cached kernels need not load llvmlite to learn it."""
+    that a process running cached kernels need not load llvmlite to learn it.
+    `disk=False` (a warm-up thread) asks llvmlite and leaves the record for the next
+    load on the caller's thread to write (`_save_host_facts`)."""
     if not _facts:
-        signature = _host_signature()
-        key = signature and hashlib.sha256(signature.encode()).hexdigest()
+        if not disk:
+            _unsaved.append(True)
+            _facts.append(tuple(_ask_llvm()))
+            return _facts[0]
+        key = _host_key()
         payload = key and read_cached(key, "host", check=_is_host_record)
         if payload:
             facts = json.loads(payload)
@@ -218,7 +225,22 @@ def host_facts():
     return _facts[0]
 
 
+def _host_key():
+    signature = _host_signature()
+    return signature and hashlib.sha256(signature.encode()).hexdigest()
+
+
+def _save_host_facts():
+    """Write the host record that a warm-up thread learned without the disk."""
+    if _unsaved:
+        _unsaved.clear()
+        key = _host_key()
+        if key and read_cached(key, "host", check=_is_host_record) is None:
+            write_cached(key, json.dumps(list(_facts[0])).encode(), kind="host")
+
+
 _facts = []
+_unsaved = []
 targets.use_host_probe(lambda: host_facts()[:2])
 
 
@@ -586,6 +608,39 @@ def write_cached(key, obj, kind="kernel"):
 
 # ---------------------------------------------------------------- loading
 
+def prebuild(text, kind):
+    """Compile `text` (the thread runtime) to object code ahead of its load, on a
+    warm-up thread (tex/warmup.py): LLVM alone, which releases the GIL, with a context
+    and a target machine of its own (the caller's thread may compile at the same time).
+    Nothing is read from or written to the disk cache here and no warning is given: the
+    load does that on the caller's thread, with the caller's settings (its cache folder
+    may change before then); it waits for a compile under way and uses its object."""
+    host_facts(disk=False)       # (no disk here: the load writes the host's record)
+    machine = Machine.get()      # first: the load waits for the slot holding _lock
+    key = cache_key(text)
+    with _lock:
+        if key in _prebuilt or os.path.exists(_cache_path(cache_dir(), key, kind)):
+            return
+        slot = _prebuilt[key] = [threading.Event(), None]
+    try:
+        from . import compile_worker
+        tm = machine.new_machine()
+        slot[1] = tm.emit_object(compile_worker.optimize(_llvm(), tm, text))
+    finally:
+        slot[0].set()
+
+
+def _take_prebuilt(key):
+    """prebuild's object for `key` (waiting for it if under way), or None."""
+    slot = _prebuilt.pop(key, None)
+    if slot is None:
+        return None
+    slot[0].wait()
+    if slot[1] is not None:
+        STATS["prebuilt"] += 1
+    return slot[1]
+
+
 def load(text, symbol, make_ir=None, kind="kernel"):
     """The address of `symbol` in the kernel described by `text`, compiling only on a
     cache miss: `make_ir()` gives the LLVM IR then (default: `text` is the IR).
@@ -602,6 +657,7 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
     `large`: the kernel's IR will be large (split_module), so a miss starts the
     compiler process before building it."""
     with _lock:
+        _save_host_facts()
         hit = _memory.get(key)
         if hit is not None:
             STATS["memory_hits"] += 1
@@ -617,7 +673,8 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
             if kind == "kernel":
                 obj = pack_objects(compile_module(ir_text))
             else:     # the runtime: one small module, compiled once per machine, here
-                obj = Machine.get().machine.emit_object(optimized_module(ir_text))
+                obj = _take_prebuilt(key) or \
+                    Machine.get().machine.emit_object(optimized_module(ir_text))
             write_cached(key, obj, kind)
         elif kind == "kernel":
             STATS["disk_hits"] += 1

@@ -641,6 +641,16 @@ _runtime = []
 _lock = threading.Lock()
 
 
+def prebuild():
+    """The runtime's object code compiled ahead of runtime() (jit.prebuild), for the host
+    as runtime() loads it; a warm-up thread's work."""
+    from ...scheduler.target import host, overriding
+    from . import jit
+    jit.host_facts(disk=False)      # (host() asks for them: no disk on this thread)
+    with overriding(host()):
+        jit.prebuild(RUNTIME_IR, "runtime")
+
+
 def runtime():
     """The process's Runtime, built (or loaded from the disk cache) on first use; its
     symbols are then visible to every kernel the JIT links."""

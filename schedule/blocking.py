@@ -205,7 +205,8 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     the consumers reduce over it in lanes (`in_lanes`: their per-lane partials, which
     epilogue.privatize_parts then keeps apart per part): a consumer that reduces over j
     gets the jc blocks dealt in a part a thread (`jp`, when each gets four blocks or
-    more: each thread packs its own B blocks, one parallel region a call), where the ic
+    more, evenly, and a block's rows x k are few: runtime.THREAD_PARTS; each thread packs
+    its own B blocks, one parallel region a call), where the ic
     blocks of every jc block had a region of their own (16 for 1024^3: right after a
     numpy call, whose BLAS thread keeps a core, each waited on it). A sliced root's slice
     index `slice_var` runs in the tile, unrolled, between k and the tile's rows."""
@@ -214,9 +215,11 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     jc, j1 = stage.split(roles.j, fused_columns(bl))
     parts = []
     if roles.j in avoid and roles.j in in_lanes:
-        name = f"{stage.state.definition.name}_column_parts"
-        blocks = stage.state.axis(jc.var).extent
-        jp, jc = stage.split_parts(jc, AutoParts(name, 1, blocks, rule="threads"))
+        d = stage.state.definition
+        work = d.extents[roles.i] * d.extents[roles.k]
+        jp, jc = stage.split_parts(jc, AutoParts(f"{d.name}_column_parts", work,
+                                                 d.extents[roles.j], rule="threads",
+                                                 block=fused_columns(bl)))
         parts = [jp]
     jr, jj = stage.split(j1, bl.nr, tail="guard")
     ic, i1 = stage.split(roles.i, bl.mc)

@@ -249,21 +249,37 @@ def privatize_parts(epi, body):
         if lane.positions is not None:
             new_buf[id(epi.lanes[d].positions)] = lane.positions
 
-    def rewrite(node, part):
-        if isinstance(node, Loop) and id(node) in part_loops:
-            part = node.var
+    def rewrite(node, part, loops):
+        if isinstance(node, Loop):
+            if id(node) in part_loops:
+                part = node.var
+            else:
+                loops = loops + ((node.var, node.extent),)
         if isinstance(node, Update) and id(node.buffer) in new_buf:
             arg = node.arg
             if arg is not None and id(arg.buffer) in new_buf:
-                arg = replace(arg, buffer=new_buf[id(arg.buffer)], index=(part,) + arg.index)
+                arg = replace(arg, buffer=new_buf[id(arg.buffer)], index=(part,) + arg.index,
+                              ordered=arg.ordered or _ordered_in_part(arg, part, loops))
             return node.replace(buffer=new_buf[id(node.buffer)], index=(part,) + node.index,
                                 arg=arg)
         kids = getattr(node, "body", None)
         if not kids:
             return node
-        new = tuple(rewrite(k, part) for k in kids)
+        new = tuple(rewrite(k, part, loops) for k in kids)
         return node if all(a is b for a, b in zip(new, kids)) else node.replace(body=new)
-    return tuple(rewrite(node, sp.Integer(0)) for node in body), parted
+    return tuple(rewrite(node, sp.Integer(0), ()) for node in body), parted
+
+
+def _ordered_in_part(arg, part, loops):
+    """Does each lane of one part see its positions in increasing order? The part's
+    own term of the position is constant there (its symbolic stride hid the order from
+    _increasing over the whole nest)."""
+    if not isinstance(arg.position, IndexValue) or not isinstance(part, sp.Symbol):
+        return False
+    from .region import upper_bound
+    inner = [v for v, _ in loops]
+    order = [(v, upper_bound(e, inner)) for v, e in loops]
+    return _increasing(arg.position.expr.xreplace({part: 0}), order)
 
 
 def around(epi, body, parted=None):

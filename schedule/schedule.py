@@ -375,7 +375,7 @@ class Schedule:
             name, rows, length, *rule = parts[len("auto:"):].split("|")
             names = {str(x): x for x in self.program.sizes}
             return AutoParts(name, sp.sympify(rows, locals=names),
-                             sp.sympify(length, locals=names), *rule)
+                             sp.sympify(length, locals=names), *rule[:1], *map(int, rule[1:]))
         return parts
 
     @property

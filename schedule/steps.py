@@ -25,7 +25,7 @@ class SplitK:
     stage: str
     loop: str
     parts: object             # an int, "param:NAME" for a call-time tex.param, or
-    #                           "auto:NAME|rows|length[|rule]" for the auto schedule's
+    #                           "auto:NAME|rows|length[|rule|block]" for the auto schedule's
     #                           AutoParts
 
 
@@ -105,7 +105,7 @@ STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, SplitParts, Priva
 def recorded_parts(parts):
     """A split_k part count as a step records it (an int, or a string naming the param)."""
     if isinstance(parts, AutoParts):
-        rule = "" if parts.rule == "split_k" else f"|{parts.rule}"
+        rule = "" if parts.rule == "split_k" else f"|{parts.rule}|{parts.block}"
         return f"auto:{parts}|{parts.rows}|{parts.length}{rule}"
     return f"param:{parts}" if isinstance(parts, Param) else parts
 

@@ -265,21 +265,23 @@ class AutoParts(Param):
     """A part count that the call path chooses from the sizes and the thread count, by
     one of the runtime's rules (backends/llvm/runtime.PART_RULES): "split_k" (`s.auto()`'s
     split-K decision: `rows` is the extent of the loop that the threads would otherwise
-    share, `length` the extent of the reduction) or "threads" (a part a thread when
-    `length`, the chunks to deal, gives each at least four; `rows` unused)."""
+    share, `length` the extent of the reduction) or "threads" (a part a thread of a loop
+    of `length` in blocks of `block`, when each part gets four blocks or more, evenly,
+    and `rows`, the work the threads would otherwise share in each block, is small)."""
 
-    def __new__(cls, name, rows, length, rule="split_k"):
+    def __new__(cls, name, rows, length, rule="split_k", block=1):
         # not through sympy's symbol cache, which would hand back (and overwrite) the
         # AutoParts of another program with the same name
         obj = sp.Symbol.__xnew__(cls, name, integer=True, positive=True)
         obj.rows, obj.length, obj.rule = sp.sympify(rows), sp.sympify(length), rule
+        obj.block = int(block)
         return obj
 
     def _hashable_content(self):
-        return super()._hashable_content() + (self.rows, self.length, self.rule)
+        return super()._hashable_content() + (self.rows, self.length, self.rule, self.block)
 
     def __getnewargs_ex__(self):
-        return (self.name, self.rows, self.length, self.rule), {}
+        return (self.name, self.rows, self.length, self.rule, self.block), {}
 
 
 def _split_names(names):

@@ -46,10 +46,20 @@ from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  
 # to the others (123 x 51234 x 456 on 2 threads right after a numpy call: 34-38 ms with
 # a part a thread, 25-29 with four; 18-20 alone either way)
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
-# AutoParts rules by name (tex.expr.AutoParts.rule): "threads" deals `length` chunks (a
-# fused matmul's column blocks) a part a thread when each gets at least four
-PART_RULES = {"split_k": AUTO_PARTS,
-              "threads": "{t} if {t} > 1 and {length} >= 4 * {t} else 1"}
+# AutoParts rules by name (tex.expr.AutoParts.rule): "threads" deals a loop of `length`
+# in blocks of `block` (a fused matmul's columns in its column blocks) a part a thread
+# when each part gets four blocks or more, the largest at most 1/16 over an even share
+# (AVX2's 112-column blocks of 1000 columns, 5 and 4 to 2 threads: 10% slower than a
+# region per block, whose rows the threads share evenly), and `rows`, the work of a
+# block the threads would otherwise share by rows (rows x k), is at most 2^20: with
+# more, a region per block is long enough that a worker joining it late (its CPU taken
+# by numpy's spinning BLAS thread) still takes a share, where one part a thread leaves
+# the caller both (4096 x 512 x 1000 argmax right after a numpy call: numpy/tex 1.2 ->
+# 0.8-0.95; 1024^3 row max 1.0-1.3 -> 1.15-2.0)
+THREAD_PARTS = ("{t} if {t} > 1 and {rows} <= 1048576 and {length} >= 4 * {t} * {block} "
+                "and -(-(-(-{length} // {block})) // {t}) * {block} * {t} * 16 <= "
+                "17 * {length} else 1")
+PART_RULES = {"split_k": AUTO_PARTS, "threads": THREAD_PARTS}
 
 
 def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True,
@@ -407,7 +417,7 @@ def _make_caller(sig):
     for p in kernel.params:
         if isinstance(p, AutoParts):
             rule = PART_RULES[p.rule].format(t="_t", rows=pyexpr(p.rows, names),
-                                             length=pyexpr(p.length, names))
+                                             length=pyexpr(p.length, names), block=p.block)
             L.append("    _t = _nt[0]")
             L.append(f"    {names[p]} = {rule}")
             continue

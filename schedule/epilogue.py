@@ -206,29 +206,29 @@ def privatize_parts(epi, body):
     its index does not move with, two threads would combine into one element; the lanes
     get that loop's variable as a first index instead, `R_lanes[p, i, lane]`, and the
     merge after the nest runs over the parts too. Nests without such a loop (another
-    specialization) use part 0. Returns (body, {member: its Lanes with parts}); updates
-    in two such parallel loops at once are left for check_races to refuse."""
-    owner = {}
-    for d, lane in epi.lanes.items():
-        for buf in (lane.values, lane.positions):
-            if buf is not None:
-                owner[id(buf)] = d
+    specialization) use part 0. Returns (body, {member: its Lanes with parts}). Updates
+    in two such parallel loops at once, or in one whose extent depends on a loop around
+    it (no bound to size the lanes by), are left as they are, for check_races to
+    refuse."""
+    from .region import upper_bound
+    owner = _lane_owners(epi)
     part_loops, extents = set(), {}
 
-    def find(node, parallel):
-        if isinstance(node, Loop) and node.kind is LoopKind.PARALLEL:
-            parallel = parallel + (node,)
+    def find(node, parallel, outer):
+        if isinstance(node, Loop):
+            if node.kind is LoopKind.PARALLEL:
+                parallel = parallel + ((node, upper_bound(node.extent, outer)),)
+            outer = outer + (node.var,)
         if isinstance(node, Update) and id(node.buffer) in owner:
             moves = set().union(*(sp.sympify(ix).free_symbols for ix in node.index))
-            shared = [loop for loop in parallel if loop.var not in moves]
-            if len(shared) == 1:
-                part_loops.add(id(shared[0]))
-                d = owner[id(node.buffer)]
-                extents.setdefault(d, []).append(sp.sympify(shared[0].extent))
+            shared = [(loop, bound) for loop, bound in parallel if loop.var not in moves]
+            if len(shared) == 1 and not set(outer) & sp.sympify(shared[0][1]).free_symbols:
+                part_loops.add(id(shared[0][0]))
+                extents.setdefault(owner[id(node.buffer)], []).append(shared[0][1])
         for child in getattr(node, "body", ()):
-            find(child, parallel)
+            find(child, parallel, outer)
     for node in body:
-        find(node, ())
+        find(node, (), ())
     if not extents:
         return tuple(body), {}
     parted = {}
@@ -334,13 +334,27 @@ def _over(d, idx, body, kind=LoopKind.SERIAL):
     return body
 
 
-def check_races(epi, stage_body, root_name):
+def _lane_owners(epi, parted=None):
+    """{id of a lanes buffer (values or positions): its member's definition}, those of
+    `parted` (privatize_parts' lanes) included."""
+    owner = {}
+    for lanes in (epi.lanes, parted or {}):
+        for d, lane in lanes.items():
+            for buf in (lane.values, lane.positions):
+                if buf is not None:
+                    owner[id(buf)] = d
+    return owner
+
+
+def check_races(epi, stage_body, root_name, parted=None):
     """Refuse an epilogue whose reduction updates threads would share: an update inside
-    a parallel loop whose target does not move with that loop (two threads combining
-    into one element)."""
+    a parallel loop whose target -- a member's result, its argmax values, or its lanes
+    (`parted`: those privatize_parts gave parts) -- does not move with that loop (two
+    threads combining into one element)."""
     targets = {id(epi.buffers[f.definition]): f.definition for f in epi.members
                if f.definition.reduction is not None}
     targets.update({id(b): d for d, b in epi.values.items()})
+    targets.update(_lane_owners(epi, parted))
 
     def visit(node, parallel):
         if isinstance(node, Loop) and node.kind is LoopKind.PARALLEL:

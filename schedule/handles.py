@@ -79,7 +79,8 @@ class StageHandle:
             from .epilogue import check_races, privatize_parts
             nest = lower_stage(replace(state, epilogue=epilogue), sched._buffers(),
                                sched._states)
-            check_races(epilogue, privatize_parts(epilogue, nest.body)[0], d.name)
+            body, parted = privatize_parts(epilogue, nest.body)
+            check_races(epilogue, body, d.name, parted)
         self._store(state)
         for step in steps:
             self.sched._record(step)
@@ -237,7 +238,7 @@ class StageHandle:
         if epilogue is not None:
             from .epilogue import around, check_races, describe, privatize_parts
             body, parted = privatize_parts(epilogue, body)
-            check_races(epilogue, body, self.definition.name)
+            check_races(epilogue, body, self.definition.name, parted)
             body = around(epilogue, body, parted)
             note = describe(epilogue)
         return Stage(self.definition, tuple(body), note)

@@ -219,7 +219,7 @@ def split_k(state, var, parts):
               "already: split_k splits a reduction across threads)")
     _check_not_anchor("split_k", state, axis)
     _check_reassociation("split_k", state, axis)
-    state, outer, inner = _into_parts("split_k", state, axis, parts, LoopKind.PARALLEL)
+    state, outer, inner = _into_parts("split_k", state, axis, parts, outermost=True)
     return privatize(state, outer), outer, inner
 
 
@@ -231,15 +231,18 @@ def split_parts(state, var, parts):
 
     rewrite:  for x in 0..E: s(x)
            -> for xo in 0..P: for xi in 0..Min(c, E - xo*c): s(xo*c + xi)    c = ceil(E / P)
-    `parts` is an integer >= 1 or a `tex.param` (or the auto schedule's AutoParts)."""
+    in the loop's place, both loops serial (as split leaves them). `parts` is an
+    integer >= 1 or a `tex.param` (or the auto schedule's AutoParts)."""
     axis = _require("split_parts", state, var)
     if var is state.private:
         _fail("split_parts", state, f"loop {axis.name} holds private partial results; split "
               "it before privatize")
-    return _into_parts("split_parts", state, axis, parts, axis.kind)
+    return _into_parts("split_parts", state, axis, parts, outermost=False)
 
 
-def _into_parts(prim, state, axis, parts, kind):
+def _into_parts(prim, state, axis, parts, outermost):
+    """The split of split_k and split_parts: the chunk loop outermost and parallel
+    (split_k's), or in the loop's place and serial."""
     _check_not_anchor(prim, state, axis)
     if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
         _fail(prim, state, f"loop {axis.name}: parts {parts!r} is not an integer or "
@@ -256,9 +259,11 @@ def _into_parts(prim, state, axis, parts, kind):
     inner = Index(fresh_name(state, axis.name + "i"))
     old = axis.var
     rebuilt = outer * chunk + inner
-    new_axes = [Axis(outer, P, axis.reduction, kind)]
+    new_axes = [Axis(outer, P, axis.reduction, LoopKind.PARALLEL)] if outermost else []
     for a in state.axes:
         if a is axis:
+            if not outermost:
+                new_axes.append(Axis(outer, P, axis.reduction))
             new_axes.append(Axis(inner, Min(chunk, E - outer * chunk), axis.reduction))
         else:
             new_axes.append(replace(a, extent=sp.sympify(a.extent).xreplace({old: rebuilt})))

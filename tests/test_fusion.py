@@ -138,6 +138,7 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
     region: `R_lanes[C_column_parts, M, W]`, a part a thread when each gets four blocks.
     Max, min and argmax (ties, NaN) against numpy on 1 to 3 threads, sizes no block
     divides, strided operands; part counts of 1 (few blocks, or uneven ones), 2 and 3."""
+    from tex.backends.llvm import runtime
     from tex.scheduler import target as targets
     i, j, k, A, B, bias, C = _ops()
     progs = {"max": tex.compute("R", (i,), tex.max(C[i, j], over=j)),
@@ -153,9 +154,14 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
                 assert re.search(r"for \w+ in 0\.\.C_column_parts:  # parallel", f.loop_nest)
                 lanes = [b for b in f.buffers if b.name.endswith("_lanes")]
                 assert [str(b.shape[0]) for b in lanes] == ["C_column_parts"], f.buffers
-                # parts of 2 on both targets at 1792 columns (16 blocks of 64 or 112),
-                # 2 and 3 at 2049 on the host, 1 at 100
+                # the rule's part counts: 2 on both targets at 1792 columns (28 blocks
+                # of 64, 16 of 112), 2 and 3 at 2049 on the host, 1 at 100
+                parts = next(p for p in f.kernel.params if getattr(p, "rule", "") == "threads")
                 for m, kk, n in [(7, 5, 1000), (65, 33, 2049), (13, 3, 100), (9, 4, 1792)]:
+                    if n == 1792:
+                        rule = runtime.THREAD_PARTS.format(t=2, rows=m * kk, length=n,
+                                                           block=parts.block)
+                        assert eval(rule) == 2, rule          # noqa: S307 -- the runtime's rule
                     a = rng.integers(-2, 3, (m, kk)).astype(np.float32)   # ties
                     b = rng.integers(-2, 3, (kk, 2 * n)).astype(np.float32)[:, ::2]
                     bias = rng.integers(-2, 3, n).astype(np.float32)
@@ -170,6 +176,43 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
                         np.testing.assert_array_equal(got, want)
     finally:
         tex.set_num_threads(before)
+
+
+def test_a_parallel_loop_over_a_reduced_index_is_kept_apart_or_refused():
+    """A user's parallel loop over the columns of a fused row max: the lanes are kept
+    per part (a part count bounded over the loops around it: the panels of a column
+    block), and the results are right; a second parallel loop the lanes do not move
+    with (a total max over i and j) is refused by name, not run racing."""
+    i, j, k, A, B, bias, C = _ops()
+    R = tex.compute("R", (i,), tex.max(C[i, j], over=j))
+    def columns_in_blocks():
+        s = tex.schedule(R)
+        s.fuse(R, into=C)
+        s[C].split("j", 64)
+        s[C].split("ji", 16, tail="guard")
+        s[C].reorder("jo", "i", "jio", "k", "jii")
+        s[C].vectorize("jii", tail="mask")
+        s[C].pack(B, "jo", layout="loops")
+        return s
+    s = columns_in_blocks()
+    s[C].parallel("jo")                       # the lanes get jo as their first index
+    f = tex.compile(s)
+    assert [str(b.shape[0]) for b in f.buffers if b.name == "R_lanes"] == \
+        ["Max(1, ceiling(N/64))"], f.buffers
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((9, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 700)).astype(np.float32)
+    np.testing.assert_array_equal(f(a, b), (a @ b).max(1))
+    T = tex.compute("T", (), tex.max(C[i, j], over=(i, j)))
+    s = tex.schedule(T).auto()
+    with pytest.raises(tex.ScheduleError,
+                       match=r"T reduces over i, j in C's epilogue, but C's loop (joo|io) runs"):
+        s["C#1"].parallel("io")              # the blocked specialization's row blocks
+    s = columns_in_blocks()
+    s[C].parallel("jio")          # extent ceiling(Min(64, N - 64*jo)/16): 4 parts at most
+    f = tex.compile(s)
+    assert [str(b.shape[0]) for b in f.buffers if b.name == "R_lanes"] == ["4"], f.buffers
+    np.testing.assert_array_equal(f(a, b), (a @ b).max(1))
 
 
 def test_empty_reduced_range_raises_like_numpy():

@@ -45,8 +45,7 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tex' has no attribute {name!r}")
-    if name == "compile":
-        warmup.start_llvm()             # the first compile is about to start
+    warmup.start_llvm()     # a first DSL name: a compile is coming (once; no disk touched)
     importlib.import_module(".interop", __name__)
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value

@@ -5,9 +5,10 @@ something else.
 so the first compile pays for them: about 0.3 s of imports, LLVM's start and the thread
 runtime, before the kernel's own compile. In a notebook or a REPL the next cell comes
 seconds later, so `import tex` starts a thread that does that work in between (`start`).
-A script calls at once: its import starts nothing, but its first compile starts a
-thread that compiles the thread runtime while this one imports sympy and builds the
-kernel (`start_llvm`: LLVM releases the GIL). `TEX_WARMUP=1` starts the interactive
+A script calls at once: its import starts nothing, but its first einsum without a
+kernel on disk, or its first DSL name (tex.indices, tex.compile, ...), starts a thread
+that compiles the thread runtime while this one imports sympy and builds the kernel
+(`start_llvm`: LLVM releases the GIL). `TEX_WARMUP=1` starts the interactive
 warm-up anywhere, `TEX_WARMUP=0` no thread at all.
 
 The thread only imports modules and builds what the process builds once anyway (the
@@ -82,8 +83,8 @@ def start():
 
 def start_llvm():
     """At a first compile in a script (tex.einsum without a kernel on disk, or the first
-    use of tex.compile): compile the thread runtime on a thread while this one imports
-    sympy and builds the kernel's IR. That LLVM compile (about 70 ms when the kernel
+    DSL name): compile the thread runtime on a thread while this one imports sympy and
+    builds the kernel's IR. That LLVM compile (about 70 ms when the kernel
     cache is new: the runtime is cached there) releases the GIL, so on a second core it
     costs the first call nothing."""
     _start(lambda: _warm(modules=()))

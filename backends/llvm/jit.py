@@ -210,8 +210,8 @@ def host_facts(disk=True):
     load on the caller's thread to write (`_save_host_facts`)."""
     if not _facts:
         if not disk:
-            _unsaved.append(True)
             _facts.append(tuple(_ask_llvm()))
+            _unsaved.append(True)
             return _facts[0]
         key = _host_key()
         payload = key and read_cached(key, "host", check=_is_host_record)
@@ -612,9 +612,10 @@ def prebuild(text, kind):
     """Compile `text` (the thread runtime) to object code ahead of its load, on a
     warm-up thread (tex/warmup.py): LLVM alone, which releases the GIL, with a context
     and a target machine of its own (the caller's thread may compile at the same time).
-    Nothing is read from or written to the disk cache here and no warning is given: the
-    load does that on the caller's thread, with the caller's settings (its cache folder
-    may change before then); it waits for a compile under way and uses its object."""
+    Nothing is read from or written to the disk cache here and no warning is given (only
+    whether the runtime's file exists is looked at, to skip the compile): the load does
+    that on the caller's thread, with the caller's settings (its cache folder may change
+    before then); it waits for a compile under way and uses its object."""
     host_facts(disk=False)       # (no disk here: the load writes the host's record)
     machine = Machine.get()      # first: the load waits for the slot holding _lock
     key = cache_key(text)

@@ -56,9 +56,10 @@ AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4
 # by numpy's spinning BLAS thread) still takes a share, where one part a thread leaves
 # the caller both (4096 x 512 x 1000 argmax right after a numpy call: numpy/tex 1.2 ->
 # 0.8-0.95; 1024^3 row max 1.0-1.3 -> 1.15-2.0)
-THREAD_PARTS = ("{t} if {t} > 1 and {rows} <= 1048576 and {length} >= 4 * {t} * {block} "
-                "and -(-(-(-{length} // {block})) // {t}) * {block} * {t} * 16 <= "
-                "17 * {length} else 1")
+# (the largest part: ceil(ceil(length / block) / t) blocks)
+THREAD_PARTS = ("{t} if {t} > 1 and {rows} <= 1048576 and ({length}) >= 4 * {t} * {block} "
+                "and ((({length}) + {block} - 1) // {block} + {t} - 1) // {t} * {block} * {t} "
+                "* 16 <= 17 * ({length}) else 1")
 PART_RULES = {"split_k": AUTO_PARTS, "threads": THREAD_PARTS}
 
 

@@ -161,7 +161,8 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
                     if n == 1792:
                         rule = runtime.THREAD_PARTS.format(t=2, rows=m * kk, length=n,
                                                            block=parts.block)
-                        assert eval(rule) == 2, rule          # noqa: S307 -- the runtime's rule
+                        # noqa: S307 -- the runtime's own rule, the CPUs not crowded
+                        assert eval(rule, {"_crowded": lambda: 0}) == 2, rule  # noqa: S307
                     a = rng.integers(-2, 3, (m, kk)).astype(np.float32)   # ties
                     b = rng.integers(-2, 3, (kk, 2 * n)).astype(np.float32)[:, ::2]
                     bias = rng.integers(-2, 3, n).astype(np.float32)

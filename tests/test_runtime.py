@@ -434,8 +434,9 @@ def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
 def test_threads_that_lose_their_cpu_find_it_crowded(tmp_path):
     """Two threads confined to one CPU: the one that spins loses the CPU to the one
     with the work for a time slice, notices the jump of the clock, and marks the CPUs
-    crowded (tex_rt_robbed: counted), and the results stay right throughout, crowded
-    or not. In a child (it confines the process)."""
+    crowded (tex_rt_robbed: counted; tex_rt_is_crowded says so to a call path), and the
+    results stay right throughout, crowded or not. In a child (it confines the
+    process)."""
     script = (
         "import os, time, numpy as np\n"
         "os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
@@ -449,11 +450,15 @@ def test_threads_that_lose_their_cpu_find_it_crowded(tmp_path):
         "while threads.runtime().crowdings.value == 0 and time.monotonic() < deadline:\n"
         "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, b), want, rtol=1e-4,\n"
         "                               atol=1e-3)\n"
+        "flags = []\n"
         "for _ in range(20):\n"
         "    np.testing.assert_allclose(tex.einsum('ik,kj->ij', a, b), want, rtol=1e-4,\n"
         "                               atol=1e-3)\n"
-        "print(threads.runtime().crowdings.value)\n")
-    assert int(_child_stdout(script, tmp_path).split()[-1]) > 0
+        "    flags.append(threads.runtime().is_crowded())\n"
+        "print(any(flags), threads.runtime().crowdings.value)\n")
+    seen, crowdings = _child_stdout(script, tmp_path).split()[-2:]
+    assert int(crowdings) > 0
+    assert seen == "True"          # what a call path reads (runtime.THREAD_PARTS)
 
 
 RESCUE_SCRIPT = r"""

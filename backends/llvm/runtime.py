@@ -55,11 +55,12 @@ AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4
 # more, a region per block is long enough that a worker joining it late (its CPU taken
 # by numpy's spinning BLAS thread) still takes a share, where one part a thread leaves
 # the caller both (4096 x 512 x 1000 argmax right after a numpy call: numpy/tex 1.2 ->
-# 0.8-0.95; 1024^3 row max 1.0-1.3 -> 1.15-2.0)
+# 0.8-0.95; 1024^3 row max 1.0-1.3 -> 1.15-2.0); and never while the CPUs are crowded
+# (`_crowded`: threads.tex_rt_is_crowded), for the same reason
 # (the largest part: ceil(ceil(length / block) / t) blocks)
 THREAD_PARTS = ("{t} if {t} > 1 and {rows} <= 1048576 and ({length}) >= 4 * {t} * {block} "
                 "and ((({length}) + {block} - 1) // {block} + {t} - 1) // {t} * {block} * {t} "
-                "* 16 <= 17 * ({length}) else 1")
+                "* 16 <= 17 * ({length}) and not _crowded() else 1")
 PART_RULES = {"split_k": AUTO_PARTS, "threads": THREAD_PARTS}
 
 
@@ -380,7 +381,7 @@ def _make_caller(sig):
          "_coerce": _coerce, "_ShapeError": ShapeError, "_param": _param,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_sig": sig, "_rank_error": _rank_error, "_dim_error": _dim_error,
-         "_nt": _NUM_THREADS}
+         "_nt": _NUM_THREADS, "_crowded": threads.runtime().is_crowded}
     L = []
     kw = [f"{p}=None" for p in sig.param_names] + ["out=None"]
     # named after the kernel, so that Python's own binding errors name it

@@ -383,6 +383,15 @@ entry:
   ret i1 %crowded
 }}
 
+; for a call path choosing its parallel plan: 1 while the CPUs are crowded
+define i32 @tex_rt_is_crowded() {{
+entry:
+  %now = call i64 @llvm.readcyclecounter()
+  %crowded = call i1 @tex_rt_crowded(i64 %now)
+  %flag = zext i1 %crowded to i32
+  ret i32 %flag
+}}
+
 define internal void @tex_rt_mask_set(ptr %mask, i64 %cpu) {{
 entry:
   %fits = icmp ult i64 %cpu, {mask_bits}
@@ -618,6 +627,9 @@ class Runtime:
         self.crowdings = ctypes.c_int64.from_address(image.address("tex_rt_crowdings"))
         # how many times a caller moved a worker it waited for to its own CPU
         self.rescues = ctypes.c_int64.from_address(image.address("tex_rt_rescues"))
+        # 1 while the CPUs are crowded (a call path's choice of plan: runtime.THREAD_PARTS;
+        # no GIL release for a call of a few instructions)
+        self.is_crowded = ctypes.PYFUNCTYPE(ctypes.c_int32)(image.address("tex_rt_is_crowded"))
         # bytes of temporaries kept for the next call (pool.py)
         self.pool_bytes = ctypes.c_int64.from_address(image.address("tex_rt_pool_bytes"))
         self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(

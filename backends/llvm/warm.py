@@ -307,7 +307,7 @@ def _fallback(*args, **kwargs):
 
 
 def _call_path(c):
-    from . import jit
+    from . import jit, threads
     loaded = jit.load_key(c["object"], c["symbol"])
     if loaded is None:
         return None
@@ -323,7 +323,7 @@ def _call_path(c):
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
-         "_image": image}
+         "_image": image, "_crowded": threads.runtime().is_crowded}
     for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
                  "_dim_error"):
         g[name] = _fallback

@@ -205,7 +205,7 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     the consumers reduce over it in lanes (`in_lanes`: their per-lane partials, which
     epilogue.privatize_parts then keeps apart per part): a consumer that reduces over j
     gets the jc blocks dealt in a part a thread (`jp`, when each gets four blocks or
-    more, evenly, and a block's rows x k are few: runtime.THREAD_PARTS; each thread packs
+    more, evenly, and a block's rows x k are few: calls.thread_parts; each thread packs
     its own B blocks, one parallel region a call), where the ic
     blocks of every jc block had a region of their own (16 for 1024^3: right after a
     numpy call, whose BLAS thread keeps a core, each waited on it). A sliced root's slice

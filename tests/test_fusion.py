@@ -138,7 +138,7 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
     region: `R_lanes[C_column_parts, M, W]`, a part a thread when each gets four blocks.
     Max, min and argmax (ties, NaN) against numpy on 1 to 3 threads, sizes no block
     divides, strided operands; part counts of 1 (few blocks, or uneven ones), 2 and 3."""
-    from tex.backends.llvm import runtime
+    from tex.backends.llvm.calls import thread_parts
     from tex.scheduler import target as targets
     i, j, k, A, B, bias, C = _ops()
     progs = {"max": tex.compute("R", (i,), tex.max(C[i, j], over=j)),
@@ -158,11 +158,9 @@ def test_a_reduction_over_columns_deals_the_column_blocks_a_part_a_thread(cpu):
                 # of 64, 16 of 112), 2 and 3 at 2049 on the host, 1 at 100
                 parts = next(p for p in f.kernel.params if getattr(p, "rule", "") == "threads")
                 for m, kk, n in [(7, 5, 1000), (65, 33, 2049), (13, 3, 100), (9, 4, 1792)]:
-                    if n == 1792:
-                        rule = runtime.THREAD_PARTS.format(t=2, rows=m * kk, length=n,
-                                                           block=parts.block)
-                        # noqa: S307 -- the runtime's own rule, the CPUs not crowded
-                        assert eval(rule, {"_crowded": lambda: 0}) == 2, rule  # noqa: S307
+                    if n == 1792:          # 2 parts, 1 while the CPUs are crowded
+                        assert [thread_parts(2, m * kk, n, parts.block, lambda: c)
+                                for c in (0, 1)] == [2, 1]
                     a = rng.integers(-2, 3, (m, kk)).astype(np.float32)   # ties
                     b = rng.integers(-2, 3, (kk, 2 * n)).astype(np.float32)[:, ::2]
                     bias = rng.integers(-2, 3, n).astype(np.float32)

@@ -458,7 +458,7 @@ def test_threads_that_lose_their_cpu_find_it_crowded(tmp_path):
         "print(any(flags), threads.runtime().crowdings.value)\n")
     seen, crowdings = _child_stdout(script, tmp_path).split()[-2:]
     assert int(crowdings) > 0
-    assert seen == "True"          # what a call path reads (runtime.THREAD_PARTS)
+    assert seen == "True"          # what a call path reads (calls.thread_parts)
 
 
 RESCUE_SCRIPT = r"""

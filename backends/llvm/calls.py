@@ -38,6 +38,30 @@ def _default_threads():
 
 _NUM_THREADS = [_default_threads()]     # read by every generated call path
 
+# a block's rows x k above which a region per column block pays (thread_parts)
+PART_WORK = 1 << 20
+
+
+def thread_parts(threads, work, length, block, crowded):
+    """The part count of AutoParts rule "threads" (runtime.PART_RULES): a fused matmul's
+    `length` columns in blocks of `block`, dealt in parts to the threads (each part
+    packs its own B blocks: one parallel region a call), or 1 part (a region per block,
+    its rows shared). Parts pay when a block's rows x k (`work`) are few: with more, a
+    region per block is long enough that a worker joining it late (its CPU taken by
+    numpy's spinning BLAS thread) still takes a share of its rows (4096 x 512 x 1000
+    argmax right after a numpy call: numpy/tex 1.2 with regions, 0.8-0.95 with parts).
+    For the same reason, 1 part while the CPUs are crowded (`crowded()`: the thread
+    runtime's flag; four parts a thread there did no better). Otherwise a part a thread
+    (1024^3 row max: 4.6 -> 4.3 ms) when each part gets four blocks or more and the
+    largest is at most 1/16 over an even share (AVX2's 112-column blocks of 1000
+    columns, 5 and 4 to 2 threads, were 10% slower than regions)."""
+    if threads <= 1 or work > PART_WORK:
+        return 1
+    blocks = -(-length // block)
+    if blocks < 4 * threads or -(-blocks // threads) * block * threads * 16 > 17 * length:
+        return 1
+    return 1 if crowded() else threads
+
 
 def set_num_threads(n):
     """Threads for parallel loops from now on (default: TEX_NUM_THREADS, else the CPUs

@@ -35,7 +35,8 @@ from . import choices, codegen, irtypes, jit, split, threads
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
-from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  # noqa: F401
+from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,  # noqa: F401
+                    thread_parts)
 
 # split-K's part count at call time, as Python source over the thread count `t`, the
 # rows the threads would otherwise share and the reduction's length: split across the
@@ -46,21 +47,9 @@ from .calls import MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads  
 # to the others (123 x 51234 x 456 on 2 threads right after a numpy call: 34-38 ms with
 # a part a thread, 25-29 with four; 18-20 alone either way)
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
-# AutoParts rules by name (tex.expr.AutoParts.rule): "threads" deals a loop of `length`
-# in blocks of `block` (a fused matmul's columns in its column blocks) a part a thread
-# when each part gets four blocks or more, the largest at most 1/16 over an even share
-# (AVX2's 112-column blocks of 1000 columns, 5 and 4 to 2 threads: 10% slower than a
-# region per block, whose rows the threads share evenly), and `rows`, the work of a
-# block the threads would otherwise share by rows (rows x k), is at most 2^20: with
-# more, a region per block is long enough that a worker joining it late (its CPU taken
-# by numpy's spinning BLAS thread) still takes a share, where one part a thread leaves
-# the caller both (4096 x 512 x 1000 argmax right after a numpy call: numpy/tex 1.2 ->
-# 0.8-0.95; 1024^3 row max 1.0-1.3 -> 1.15-2.0); and never while the CPUs are crowded
-# (`_crowded`: threads.tex_rt_is_crowded), for the same reason
-# (the largest part: ceil(ceil(length / block) / t) blocks)
-THREAD_PARTS = ("{t} if {t} > 1 and {rows} <= 1048576 and ({length}) >= 4 * {t} * {block} "
-                "and ((({length}) + {block} - 1) // {block} + {t} - 1) // {t} * {block} * {t} "
-                "* 16 <= 17 * ({length}) and not _crowded() else 1")
+# AutoParts rules by name (tex.expr.AutoParts.rule), Python expressions of the call
+# path: "threads" is calls.thread_parts (a fused matmul's column blocks in parts)
+THREAD_PARTS = "_thread_parts({t}, {rows}, {length}, {block}, _crowded)"
 PART_RULES = {"split_k": AUTO_PARTS, "threads": THREAD_PARTS}
 
 
@@ -381,7 +370,8 @@ def _make_caller(sig):
          "_coerce": _coerce, "_ShapeError": ShapeError, "_param": _param,
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_sig": sig, "_rank_error": _rank_error, "_dim_error": _dim_error,
-         "_nt": _NUM_THREADS, "_crowded": threads.runtime().is_crowded}
+         "_nt": _NUM_THREADS, "_crowded": threads.runtime().is_crowded,
+         "_thread_parts": thread_parts}
     L = []
     kw = [f"{p}=None" for p in sig.param_names] + ["out=None"]
     # named after the kernel, so that Python's own binding errors name it

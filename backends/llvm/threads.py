@@ -627,7 +627,7 @@ class Runtime:
         self.crowdings = ctypes.c_int64.from_address(image.address("tex_rt_crowdings"))
         # how many times a caller moved a worker it waited for to its own CPU
         self.rescues = ctypes.c_int64.from_address(image.address("tex_rt_rescues"))
-        # 1 while the CPUs are crowded (a call path's choice of plan: runtime.THREAD_PARTS;
+        # 1 while the CPUs are crowded (a call path's choice of plan: calls.thread_parts;
         # no GIL release for a call of a few instructions)
         self.is_crowded = ctypes.PYFUNCTYPE(ctypes.c_int32)(image.address("tex_rt_is_crowded"))
         # bytes of temporaries kept for the next call (pool.py)

@@ -31,7 +31,7 @@ import numpy as np
 
 from tex.errors import ShapeError
 
-from .calls import _NUM_THREADS
+from .calls import _NUM_THREADS, thread_parts
 
 MISS = object()
 RECORD_VERSION = "tex-warm-1"
@@ -323,7 +323,8 @@ def _call_path(c):
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
-         "_image": image, "_crowded": threads.runtime().is_crowded}
+         "_image": image, "_crowded": threads.runtime().is_crowded,
+         "_thread_parts": thread_parts}
     for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
                  "_dim_error"):
         g[name] = _fallback

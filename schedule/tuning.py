@@ -30,8 +30,8 @@ from tex.errors import ScheduleError
 from tex.expr import AutoParts
 
 from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _form_kernels,
-                   _parallel_first_output_loop, _reduced_by_members, auto_schedule,
-                   prefers_reduction_outside)
+                   _parallel_first_output_loop, _reduced_by_members, _reduced_in_lanes,
+                   auto_schedule, prefers_reduction_outside)
 from .blocking import (Blocking, block_contraction, block_fused_contraction,
                        contraction_roles, operand_bytes, parallel_blocks)
 from .ir import LoopKind
@@ -135,7 +135,8 @@ def apply_plan(stage, plan):
     elif family == "fused":
         epilogue = stage.sched._epilogue(stage.definition)
         bl = Blocking(plan["mr"], plan["nr"], 0, plan["mc"], 0)
-        block_fused_contraction(stage, roles, bl, _reduced_by_members(epilogue))
+        block_fused_contraction(stage, roles, bl, _reduced_by_members(epilogue),
+                                in_lanes=_reduced_in_lanes(epilogue, stage.state.fast_math))
     elif family == "dots":
         io, _ = stage.split(roles.i, plan["rows"])
         stage.pack(roles.b, io, layout="loops")

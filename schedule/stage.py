@@ -289,7 +289,7 @@ def _producer_over_box(pstate, box, local, buffers):
         axes += [Axis(fresh[x], d.extents[x], True) for x in red.over]
     state = StageState(d, tuple(axes), subst, (), pstate.fast_math)
     if red is not None and d.indices:
-        from .auto import prefers_reduction_outside
+        from .order import prefers_reduction_outside
         if prefers_reduction_outside(d):
             last = state.axes[len(d.indices) - 1]
             state = state.with_axes([a for a in state.axes if a is not last] + [last])

@@ -31,9 +31,7 @@ def reduction_strategy(state, name, tail="peel", accumulators=None):
     if name not in STRATEGIES:
         raise ScheduleError(f"reduction_strategy: {name!r} is not one of "
                             f"{', '.join(map(repr, STRATEGIES))}")
-    loads = [a.tensor.dtype for a in walk_expr(red.body) if isinstance(a, Access)]
-    narrow = min(loads, key=lambda dt: dt.itemsize) if loads else red.dtype
-    width = target().lanes(narrow)
+    width, default_accumulators = _lanes_and_accumulators(d)
     steps = []
 
     def split(state, var, factor):
@@ -64,7 +62,7 @@ def reduction_strategy(state, name, tail="peel", accumulators=None):
         state, _, inner = split(state, innermost.var, width)
         return vectorize(state, inner), steps
     if accumulators is None:
-        accumulators = max(1, 4 * narrow.itemsize // red.dtype.itemsize)
+        accumulators = default_accumulators
     if isinstance(accumulators, bool) or not isinstance(accumulators, int) or accumulators < 1:
         raise ScheduleError(f"reduction_strategy: accumulators= must be an integer >= 1, "
                             f"got {accumulators!r}")
@@ -72,3 +70,19 @@ def reduction_strategy(state, name, tail="peel", accumulators=None):
     state = P.privatize(state, inner)
     steps.append(Privatize(stage, inner.name))
     return vectorize(state, inner), steps
+
+
+def _lanes_and_accumulators(d):
+    """The vector width W of definition `d`'s reduction (lanes of its narrowest load) and
+    the vector accumulator's default U (four registers' worth, at least one vector)."""
+    red = d.reduction
+    loads = [a.tensor.dtype for a in walk_expr(red.body) if isinstance(a, Access)]
+    narrow = min(loads, key=lambda dt: dt.itemsize) if loads else red.dtype
+    return target().lanes(narrow), max(1, 4 * narrow.itemsize // red.dtype.itemsize)
+
+
+def accumulator_span(d):
+    """W x U: the elements of the reduction loop one pass of the vector accumulator's
+    main loop takes, with the default U (a shorter loop runs only its tail)."""
+    width, accumulators = _lanes_and_accumulators(d)
+    return width * accumulators

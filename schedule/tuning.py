@@ -31,10 +31,11 @@ from tex.expr import AutoParts
 
 from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _form_kernels,
                    _parallel_first_output_loop, _reduced_by_members, _reduced_in_lanes,
-                   auto_schedule, prefers_reduction_outside)
+                   auto_schedule)
 from .blocking import (Blocking, block_contraction, block_fused_contraction,
                        contraction_roles, operand_bytes, parallel_blocks)
 from .ir import LoopKind
+from .order import prefers_reduction_outside
 from .schedule import Schedule
 from .target import target
 

@@ -559,3 +559,37 @@ def test_auto_order_counts_only_reads_that_move_with_both_loops():
         np.testing.assert_allclose(tex.compile(rows)(x, mx), np.exp(x - mx[:, None]).sum(1),
                                    rtol=1e-5)
         np.testing.assert_allclose(tex.compile(cols)(x), x.sum(0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cpu", [None, ZEN3], ids=["host", "zen3"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("combiner", ["max", "min"])
+def test_auto_row_max_and_min_take_vector_accumulators_on_long_rows(combiner, dtype, cpu):
+    """s.auto() gives a float row max/min the vector accumulator in a specialization for
+    rows of one pass of it or more (W x U elements) with many rows, or rows too short for
+    split-K's parts; other calls keep split-K (the two cannot be combined). Every
+    specialization matches numpy exactly, NaNs, infinities and views included."""
+    from tex.scheduler.auto import MANY_ROWS, ONE_PART_LENGTH
+    from tex.scheduler.strategies import accumulator_span
+    from contextlib import nullcontext
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), dtype)
+    S = tex.compute("S", (i,), getattr(tex, combiner)(X[i, j], over=j))
+    with overriding(cpu) if cpu else nullcontext():
+        span = accumulator_span(S)
+        s = tex.schedule(S)
+        s.auto()
+        f = tex.compile(s)
+    text = str(s)
+    assert f"if (N >= {span}) & ((M >= {MANY_ROWS}) | (N < {ONE_PART_LENGTH})):" in text
+    assert text.count("S_parts") > 0 and "vector (peel tail)" in text
+    rng = np.random.default_rng(11)
+    for rows, n in [(1, 1), (5, 7), (70, span - 1), (70, span), (3, span + 1), (70, 1000),
+                    (2, 5000), (64, 4100)]:
+        x = rng.standard_normal((rows, 2 * n)).astype(dtype)
+        x[rows // 2, 2 * (n - 1)] = np.nan if rows > 1 else x[0, 0]   # the view's last column
+        x[0, 0] = np.inf
+        view = x[:, ::2]                    # rows with a stride of two
+        want = getattr(np, combiner)(view, axis=1)
+        assert np.array_equal(f(view), want, equal_nan=True), (rows, n)
+        assert np.array_equal(f(np.ascontiguousarray(view)), want, equal_nan=True), (rows, n)

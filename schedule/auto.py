@@ -223,12 +223,23 @@ def _auto_blocked(stage):
     # (2048 x 2048 @ 2048 x 16 on AVX-512: 4.7 ms as dot products, 0.56x numpy, 3.4 ms
     # in the 12 x 16 tile; x 32: 0.64x -> 0.86x. On AVX2 a tile of one vector lost to the
     # dot products at 8 columns, 0.82x against 0.9x. Each tier is one more specialization
-    # to compile: a symbolic matmul 1.1 -> 1.6 s on znver4)
+    # to compile: a symbolic matmul 1.1 -> 1.6 s on znver4). With 16 float lanes
+    # (float32 on AVX-512) the one-vector tile starts at half a vector, its upper lanes
+    # masked: 8 to 15 columns ran 1.7-3x faster than as dot products, which load a
+    # vector of A and one of B for each FMA (2 threads, Zen 5, 1024 x 1024 @ 1024 x 8
+    # 177 -> 100 us, x 12 263 -> 106, 4096 x 256 @ 256 x 8 163 -> 81); with 8 (float64)
+    # it lost at 4 columns (166 -> 283 us) and at 6 and 7. Calls with fewer rows than
+    # that tile's keep the dot products (7 x 1000 @ 1000 x 8: 5 us, 24 in the generic
+    # order).
     lanes = target().lanes(red.dtype)
     l2 = target().cache(2, 512 << 10)
     full = full_tile_vectors()
-    tiers = [((full - 1) * lanes, None), (lanes, 1)] if full > 2 else \
+    half = lanes // 2 if lanes >= 16 and red.dtype.kind == "f" else lanes
+    tiers = [((full - 1) * lanes, None), (half, 1)] if full > 2 else \
         [(2 * lanes, None)]
+    # the columns of the products narrower than a tile, whatever their rows: dot
+    # products, or a batch's one-vector whole-k nest (below)
+    narrow = lanes if full > 2 else 2 * lanes
     # the whole-k order runs every reduced index in the tile (a window's too): one only
     single = tuple(red.over) == (roles.k,)
 
@@ -262,9 +273,9 @@ def _auto_blocked(stage):
         # 0.69 | 0.55 -> 0.66, 1000 x 12^3 0.23 -> 1.10 | 0.30 -> 0.88, 1000 x 64 x 64 x
         # 4 0.97 -> 1.50 | 1.00 -> 1.64)
         nb = default_blocking(red.dtype, operand_bytes(roles), vectors=1)
-        cases.append((all_of(less(cols, upper), fits_whole_k(nb)),
+        cases.append((all_of(less(cols, narrow), fits_whole_k(nb)),
                       functools.partial(whole_k, blocking=nb)))
-    cases.append((less(cols, upper), dots))
+    cases.append((less(cols, narrow), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic

@@ -265,10 +265,12 @@ def test_golden_auto_schedule_of_a_1024_matmul(cpu, golden):
 
 
 @pytest.mark.parametrize("m,n,k", [(12, 16, 1), (65, 16, 63), (7, 17, 1000), (1000, 31, 65),
-                                   (13, 32, 127), (100, 47, 300), (11, 20, 64)])
+                                   (13, 32, 127), (100, 47, 300), (11, 20, 64), (12, 8, 1),
+                                   (63, 9, 65), (1000, 15, 7), (11, 12, 100), (25, 8, 1023)])
 def test_narrow_products(m, n, k):
-    """One to three vectors of columns: on AVX-512 hosts a register tile of one vector
-    and up to 12 rows (the full tile is four vectors wide); a view of B too."""
+    """Half a vector to three vectors of columns: on AVX-512 hosts a register tile of one
+    vector and up to 12 rows (the full tile is four vectors wide), its upper lanes masked
+    below a vector; a view of B too."""
     a, b = operands(np.random.default_rng(m + n + k), m, n, k, "float32")
     check(kernel("float32")(a, b), expected(a, b), k)
     wide = np.random.default_rng(1).standard_normal((k, 2 * n)).astype(np.float32)
@@ -276,13 +278,18 @@ def test_narrow_products(m, n, k):
 
 
 def test_narrow_tile_on_avx512_only():
-    """The 12 x 16 tile is a specialization of the AVX-512 schedule (ZEN5); the AVX2
-    schedule (ZEN3) keeps dot products below its full tile's two vectors."""
+    """The 12 x 16 tile is a specialization of the AVX-512 schedule (ZEN5), from half a
+    vector of float32 columns on (float64 from a whole vector); the AVX2 schedule (ZEN3)
+    keeps dot products below its full tile's two vectors. On AVX-512 the dot products
+    take what no tile takes below a vector of columns (fewer than 12 rows too)."""
     with targets.overriding(ZEN5):
         avx512 = str(tex.schedule(matmul("float32")).auto())
+        avx512_f64 = str(tex.schedule(matmul("float64")).auto())
     with targets.overriding(ZEN3):
         avx2 = str(tex.schedule(matmul("float32")).auto())
-    assert "(M >= 12) & (N >= 16) & (N < 48)" in avx512 and "12*iio" in avx512
+    assert "(M >= 12) & (N >= 8) & (N < 48)" in avx512 and "12*iio" in avx512
+    assert "if (N < 16) & " in avx512
+    assert "(M >= 12) & (N >= 8) & (N < 24)" in avx512_f64 and "if (N < 8) & " in avx512_f64
     assert "(M >= 12)" not in avx2 and "(N < 16)" in avx2
 
 

@@ -16,8 +16,8 @@ correctly, only slower):
    team goes to whichever loop has the work.
 4. Vectors. Byte-sized integer sums get the vector-accumulator strategy (VNNI where
    the host has it); argmax/argmin get explicit vector code on their innermost loop;
-   float row maxima and minima get it too (one chain of max through the row is what
-   LLVM's vectorizer makes of them); everything else is left to LLVM's loop
+   float row maxima and minima get it too on rows of 64 float32 or more (LLVM's
+   vectorizer leaves a row's last elements to a scalar loop); everything else is left to LLVM's loop
    vectorizer, which does as well there.
 """
 import functools
@@ -426,13 +426,14 @@ ONE_PART_LENGTH = 2048
 def _row_accumulators(stage):
     """A float row max or min (the reduction loop innermost): the vector accumulator for
     rows of at least one pass of it (W x U elements; a specialization when the length
-    is symbolic), where LLVM's vectorizer keeps one chain of max through the row.
-    Returns the handles that the rest of the auto schedule goes on with (the
-    specialization and the stage), or None when nothing was done. Measured on Zen 5,
-    2 threads, float32 | float64, in cache: 1000 x 1000 111 -> 65-70 | 150 -> 70-140
-    us, 16384 x 64 236 -> 118 | 122 -> 85, 8192 x 100 369 -> 112 | 310 -> 108; rows
-    shorter than a pass lost (65536 x 16: 362 -> 591 us), and sums gained nothing
-    (LLVM's vectorizer keeps several accumulators for a sum)."""
+    is symbolic). LLVM's vectorized loop takes 64 float32 a step and leaves the rest of
+    the row to a scalar loop; the accumulator's last pass is a vector. Returns the
+    handles that the rest of the auto schedule goes on with (the specialization and the
+    stage), or None when nothing was done. Measured on Zen 5, 2 threads, float32 |
+    float64, interleaved: 8192 x 100 125 -> 61 | 88 -> 54 us, 1000 x 1000 47 -> 26 |
+    84 -> 46; rows a multiple of 64 long alike (16384 x 64 50 | 60 -> 67, 2048 x
+    2048 97 -> 98 | 426 -> 438); rows shorter than a pass lost (65536 x 16, before
+    ops.MINMAX_FLAGS: 362 -> 591) and are not taken; sums gained nothing."""
     d = stage.definition
     red = d.reduction
     if red is None or red.combiner not in ("max", "min") or red.dtype.kind != "f" or \

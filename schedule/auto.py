@@ -275,7 +275,12 @@ def _auto_blocked(stage):
         nb = default_blocking(red.dtype, operand_bytes(roles), vectors=1)
         cases.append((all_of(less(cols, narrow), fits_whole_k(nb)),
                       functools.partial(whole_k, blocking=nb)))
-    cases.append((less(cols, narrow), dots))
+    # and the calls between the tiles: AVX-512's full tile's rows, but fewer than the
+    # one-vector tile's, and fewer columns than the full tile's (2 threads, Zen 5, dot
+    # products against the generic order: 11 x 2048 @ 2048 x 16 71 -> 22 us, 8 x 1000 @
+    # 1000 x 32 27 -> 22, 7 x 256 @ 256 x 16 8.0 -> 2.3)
+    cases.append((any_of(less(cols, narrow), all_of(less(cols, tiers[0][0]),
+                                                    at_least(rows, blocking.mr))), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic

@@ -17,11 +17,12 @@ correctly, only slower):
 4. Vectors. Byte-sized integer sums get the vector-accumulator strategy (VNNI where
    the host has it); argmax/argmin get explicit vector code on their innermost loop;
    float row maxima and minima get it too on rows of 64 float32 or more (LLVM's
-   vectorizer leaves a row's last elements to a scalar loop); everything else is left to LLVM's loop
-   vectorizer, which does as well there.
+   vectorizer leaves a row's last elements to a scalar loop); everything else is left
+   to LLVM's loop vectorizer, which does as well there.
 """
 import functools
 
+import numpy as np
 import sympy as sp
 
 from tex.combiners import COMBINERS
@@ -234,7 +235,7 @@ def _auto_blocked(stage):
     lanes = target().lanes(red.dtype)
     l2 = target().cache(2, 512 << 10)
     full = full_tile_vectors()
-    half = lanes // 2 if lanes >= 16 and red.dtype.kind == "f" else lanes
+    half = lanes // 2 if lanes >= 16 and red.dtype == np.float32 else lanes
     tiers = [((full - 1) * lanes, None), (half, 1)] if full > 2 else \
         [(2 * lanes, None)]
     # the columns of the products narrower than a tile, whatever their rows: dot
@@ -278,9 +279,11 @@ def _auto_blocked(stage):
     # and the calls between the tiles: AVX-512's full tile's rows, but fewer than the
     # one-vector tile's, and fewer columns than the full tile's (2 threads, Zen 5, dot
     # products against the generic order: 11 x 2048 @ 2048 x 16 71 -> 22 us, 8 x 1000 @
-    # 1000 x 32 27 -> 22, 7 x 256 @ 256 x 16 8.0 -> 2.3)
-    cases.append((any_of(less(cols, narrow), all_of(less(cols, tiers[0][0]),
-                                                    at_least(rows, blocking.mr))), dots))
+    # 1000 x 32 27 -> 22, 7 x 256 @ 256 x 16 8.0 -> 2.3); not a batch of them, whose
+    # generic order shares the batch among the threads (the dots' row blocks are one)
+    between = sp.false if roles.batch else all_of(less(cols, tiers[0][0]),
+                                                   at_least(rows, blocking.mr))
+    cases.append((any_of(less(cols, narrow), between), dots))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
@@ -448,13 +451,14 @@ def _row_accumulators(stage):
         reduction_strategy(stage.state, "vector_accumulator")    # refused: nothing to do
     except ScheduleError:
         return None
-    length = stage.state.axes[-1].extent
-    cond = at_least(length, accumulator_span(d))
+    cond = at_least(stage.state.axes[-1].extent, accumulator_span(d))
     if len(d.indices) == 1:
-        # split-K's shapes (_auto_split_k: few long rows) keep their parts, which the
-        # vector accumulator cannot have (both privatize a loop of the reduction)
+        # split-K's shapes (_auto_split_k: few long rows, the parts taken from the
+        # outermost reduction loop) keep their parts, which the vector accumulator
+        # cannot have (both privatize a loop of the reduction)
+        outermost = next(a for a in stage.state.axes if a.reduction)
         cond = all_of(cond, any_of(at_least(d.extents[d.indices[0]], MANY_ROWS),
-                                   less(length, ONE_PART_LENGTH)))
+                                   less(outermost.extent, ONE_PART_LENGTH)))
     if cond is sp.false:
         return None
     if cond is sp.true:

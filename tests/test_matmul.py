@@ -295,6 +295,25 @@ def test_narrow_tile_on_avx512_only():
     assert "(M >= 12)" not in avx2 and "(N < 16)" in avx2
 
 
+def test_batched_products_between_the_tiles_keep_the_batch_on_the_threads():
+    """A batch of products with 6 to 11 rows and fewer columns than the full tile keeps
+    the generic order, whose batch loop the threads share (the dot products' one block
+    of rows would run each batch on one thread); the results match numpy."""
+    M, N, K, NB = tex.sizes("M N K NB")
+    b, i, j, k = tex.indices("b i j k")
+    A, B = tex.tensor("A", (NB, M, K), "float32"), tex.tensor("B", (NB, K, N), "float32")
+    C = tex.compute("C", (b, i, j), tex.sum(A[b, i, k] * B[b, k, j], over=k))
+    with targets.overriding(ZEN5):
+        text = str(tex.schedule(C).auto())
+    assert "(M >= 6) & (N < 48))" not in text
+    f = tex.compile(C)
+    rng = np.random.default_rng(8)
+    for nb, m, n, kk in [(50, 8, 32, 32), (3, 11, 17, 65), (7, 6, 47, 9)]:
+        a = rng.standard_normal((nb, m, kk)).astype(np.float32)
+        bb = rng.standard_normal((nb, kk, n)).astype(np.float32)
+        np.testing.assert_allclose(f(a, bb), a @ bb, rtol=1e-4, atol=1e-4 * kk)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_vector_times_matrix_streams_rows_of_b_on_every_thread(dtype):
     """A row vector times a matrix (one row known at compile time, as tex.einsum's

@@ -593,3 +593,20 @@ def test_auto_row_max_and_min_take_vector_accumulators_on_long_rows(combiner, dt
         want = getattr(np, combiner)(view, axis=1)
         assert np.array_equal(f(view), want, equal_nan=True), (rows, n)
         assert np.array_equal(f(np.ascontiguousarray(view)), want, equal_nan=True), (rows, n)
+
+
+def test_auto_max_over_several_indices_keeps_split_k_for_few_long_rows():
+    """A max over (j, k) checks split-K's shape on its outermost reduced index (the one
+    split-K divides): few rows of many j keep the parts even when k is short."""
+    R, J, L = tex.sizes("R J L")
+    i, j, k = tex.indices("i j k")
+    X = tex.tensor("X", (R, J, L), "float32")
+    S = tex.compute("S", (i,), tex.max(X[i, j, k], over=(j, k)))
+    s = tex.schedule(S)
+    s.auto()
+    assert "((R >= 64) | (J < 2048))" in str(s)
+    f = tex.compile(s)
+    rng = np.random.default_rng(12)
+    for shape in [(1, 3000, 100), (70, 5, 64), (2, 7, 65), (1, 1, 1)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        assert np.array_equal(f(x), x.max(axis=(1, 2))), shape

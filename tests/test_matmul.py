@@ -491,25 +491,6 @@ def test_few_rows_stream_b_once_into_a_tile_of_every_row(cpu, dtype, counts):
         tex.set_num_threads(before)
 
 
-def test_partial_column_tile_loads_each_row_of_a_once_per_step():
-    """In the few-rows tile's partial column tile (N = 100: 64 + 36 columns), the
-    vectors of a row share one guarded load of A[i, k] (the lane guard keeps a prefix of
-    the lanes: a later vector has lanes only if the first has), where each vector had
-    its own behind a branch (5 x 1000 @ 1000 x 32: 15.6 -> 8.2 us on Zen 5): one dummy
-    slot a row in each of the loop's four versions, not one a vector. Results match
-    numpy for column counts around the tile's width, A holding inf and NaN."""
-    from tex.backends.llvm import runtime
-    f = None
-    for m in (2, 5):
-        f = runtime.compile(matmul("float32"), sizes={M: m, N: 100, K: 37})
-        assert f._sig.built.make_ir().count('%"vec.dummy') <= 4 * m
-    rng = np.random.default_rng(21)
-    for m, n in [(5, 1), (5, 17), (3, 32), (5, 63), (2, 65), (4, 100), (5, 129)]:
-        a, b = operands(rng, m, n, 41, "float32")
-        a[0, 3], a[m - 1, 40] = np.inf, np.nan
-        np.testing.assert_allclose(f(a, b), expected(a, b), rtol=1e-5, atol=1e-4)
-
-
 @pytest.mark.parametrize("cpu", [None, "haswell"])
 def test_few_rows_tile_stays_in_registers(cpu):
     """The few-rows tile (m rows x a full tile's columns) is a LOCAL buffer whose rows the

@@ -146,9 +146,6 @@ class VectorLoop(AccumulatorMixin):
         self.single = plan.bound is not None and plan.bound <= plan.width * plan.unroll
         # LOCAL accesses every lane of which is inside the buffer: plain, never masked
         self.plain = plan.whole | plan.in_bounds
-        # the lane guards around the statement being emitted, and whether they keep a
-        # prefix of the lanes (_scalar)
-        self.lane_guards, self.prefix = (), True
 
     def set_width(self, w):
         self.w = w
@@ -339,11 +336,7 @@ class VectorLoop(AccumulatorMixin):
             if isinstance(s, Guard):
                 if self.var in symbols_of(s.cond):
                     m = self._lane_condition(s.cond)
-                    outer = self.lane_guards, self.prefix
-                    self.lane_guards = outer[0] + (s.cond,)
-                    self.prefix = outer[1] and self._keeps_prefix(s.cond)
                     self._statements(s.body, m if mask is None else cg.b.and_(mask, m))
-                    self.lane_guards, self.prefix = outer
                 else:
                     with cg.b.if_then(cg.condition(s.cond)):
                         self._statements(s.body, mask)
@@ -412,51 +405,20 @@ class VectorLoop(AccumulatorMixin):
 
     def _scalar(self, e, mask, contract=False):
         """A value that does not move with the loop. Under a lane mask a load goes
-        through a dummy slot when no lane is active (the scalar loop would not load).
-        Under the same lane guards, keeping a prefix of the lanes, the chunks of one
-        straight line share the first one's load (a later chunk has lanes only if the
-        first has): a streamed tile's partial column vectors each loaded A[i, k] behind
-        a branch and a spill (5 x 1000 @ 1000 x 32 on Zen 5: 15.6 -> 8.2 us, x 100 17.5
-        -> 10.1; whole tiles unchanged)."""
+        through a dummy slot when no lane is active (the scalar loop would not load)."""
         cg = self.cg
         if isinstance(e, Access):
-            if mask is None:
-                return cg._load(cg.address(e.tensor, e.index), e.tensor.dtype)
-            if self.prefix:
-                # the guards' other symbols' values (not the chunk's own lanes) in the key
-                read = set().union(*map(symbols_of, self.lane_guards)) - {self.var}
-                guards = (self.lane_guards, tuple(sorted(
-                    ((x.name, id(x), cg.env.get(x)) for x in read), key=lambda t: t[:2])))
-                return cg._reuse(("lane-guarded load", e.tensor, tuple(e.index),
-                                  cg._bound(e.index), guards),
-                                 lambda: self._guarded_load(e, mask))
-            return self._guarded_load(e, mask)
+            ptr = cg.address(e.tensor, e.index)
+            if mask is not None:
+                dummy = cg.eb.alloca(memory_type(e.tensor.dtype), name="vec.dummy")
+                any_lane = cg.b.call(cg._extern(f"llvm.vector.reduce.or.v{self.w}i1", I1,
+                                                [mask.type]), [mask])
+                ptr = cg.b.select(any_lane, ptr, dummy)
+            return cg._load(ptr, e.tensor.dtype)
         if isinstance(e, Op):
             args = [self._scalar(a, mask, contract) for a in e.args]
             return OPS[e.name](self.ops(None, contract), e, *args)
         return cg.value(e, contract)
-
-    def _guarded_load(self, e, mask):
-        cg = self.cg
-        ptr = cg.address(e.tensor, e.index)
-        dummy = cg.eb.alloca(memory_type(e.tensor.dtype), name="vec.dummy")
-        any_lane = cg.b.call(cg._extern(f"llvm.vector.reduce.or.v{self.w}i1", I1,
-                                        [mask.type]), [mask])
-        return cg._load(cg.b.select(any_lane, ptr, dummy), e.tensor.dtype)
-
-    def _keeps_prefix(self, c):
-        """Whether the lanes where `c` holds are a prefix of every chunk's (x < T: a
-        later chunk has lanes only if an earlier one has them all), or all or none."""
-        if self.var not in symbols_of(c):
-            return True
-        if isinstance(c, (sp.And, sp.Or)):
-            return all(self._keeps_prefix(a) for a in c.args)
-        up = {sp.StrictLessThan: 1, sp.LessThan: 1, sp.StrictGreaterThan: -1,
-              sp.GreaterThan: -1}.get(type(c))
-        if up is None:
-            return False
-        slope = affine_coefficient(c.lhs - c.rhs, self.var)
-        return slope is not None and slope.is_Integer and int(slope) * up > 0
 
     def _lane_by_lane(self, e, args):
         b = self.cg.b

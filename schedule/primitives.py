@@ -217,7 +217,6 @@ def split_k(state, var, parts):
     if not axis.reduction:
         _fail("split_k", state, f"loop {axis.name} is not a reduction loop (it is parallel "
               "already: split_k splits a reduction across threads)")
-    _check_not_anchor("split_k", state, axis)
     _check_reassociation("split_k", state, axis)
     state, outer, inner = _into_parts("split_k", state, axis, parts, outermost=True)
     return privatize(state, outer), outer, inner

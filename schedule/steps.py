@@ -98,12 +98,14 @@ class Specialize:
     condition: str          # a relation of sizes and params, as sympy prints it
 
 
-STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, SplitParts, Privatize, Pack, ComputeAt,
-                                         Fuse, Unfuse, NotFused, Rewrite, SetKind, Specialize)}
+STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, SplitParts, Privatize, Pack,
+                                         ComputeAt, Fuse, Unfuse, NotFused, Rewrite, SetKind,
+                                         Specialize)}
 
 
 def recorded_parts(parts):
-    """A split_k or split_parts part count as a step records it (an int, or a string naming the param)."""
+    """A split_k or split_parts part count as a step records it (an int, or a string
+    naming the param)."""
     if isinstance(parts, AutoParts):
         rule = "" if parts.rule == "split_k" else f"|{parts.rule}|{parts.block}"
         return f"auto:{parts}|{parts.rows}|{parts.length}{rule}"

@@ -36,7 +36,7 @@ from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better, increasing_better
 from .parallel import ParallelMixin
 from .transposed import emit_transposed
-from .vector import emit_vector_loop
+from .vector import emit_vector_loop, unit_steps_test
 
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
@@ -85,6 +85,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         self.buffers = kernel_buffers(kernel)
         self._block_values = {}  # _reuse: key -> (basic block, value)
         self._idom = {}          # Builder: block -> immediate dominator
+        # id(vector loop) -> whether its accesses step by one element, when a loop
+        # around it tested that (vector.unit_steps_test)
+        self.known_unit_steps = {}
 
     # ------------------------------------------------------------ functions
     def build(self):
@@ -208,7 +211,17 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             return
         if isinstance(loop.plan, Transposed):
             return emit_transposed(self, loop, start, end)
-        self._serial_loop(loop, start, end)
+        test = unit_steps_test(self, loop)
+        if test is None:
+            return self._serial_loop(loop, start, end)
+        unit, vectors = test
+        with self.b.if_else(unit) as (steps_of_one, other_steps):
+            for arm, known in ((steps_of_one, True), (other_steps, False)):
+                with arm:
+                    self.known_unit_steps.update(dict.fromkeys(vectors, known))
+                    self._serial_loop(loop, start, end)
+        for v in vectors:
+            del self.known_unit_steps[v]
 
     def straight_line(self, loop):
         """A loop of constant bounds (an unrolled loop over a register tile's rows) as

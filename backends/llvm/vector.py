@@ -45,7 +45,8 @@ Rules:
 - Accesses. An access whose index moves with x by a coefficient c (affine; c may be a
   size) has step sum_d c_d * stride_d elements; stride values are runtime (a LOCAL
   buffer's are known), so the unit step is checked before the loop (the versioning
-  above). A unit step is a plain `load/store <W x T>` aligned to the element size;
+  above), or before the reduction loop around a register tile's vector loops
+  (`unit_steps_test`). A unit step is a plain `load/store <W x T>` aligned to the element size;
   other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
   ones lane by lane, no faster than the scalar loop, which they therefore keep unless
   the loop covers a whole local buffer); an access that does not move is a scalar
@@ -109,8 +110,9 @@ from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
 
-from ...scheduler.ir import Guard, Scope, Store, VectorTail, symbols_of
-from ...scheduler.vector_plan import access_key, affine_coefficient, itemsize, local_flat
+from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, VectorTail, symbols_of, walk
+from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient, itemsize,
+                                      local_flat)
 from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better, increasing_better
 from .vector_reduce import AccumulatorMixin
@@ -124,6 +126,41 @@ STRAIGHT_VECTORS = 8       # a constant loop of at most this many vectors is emi
 def _per_lane(e):
     """Ops that have no vector form: integer power (a scalar helper)."""
     return e.name == "power" and np.dtype(e.dtype).kind in "iub"
+
+
+def unit_steps_test(cg, loop):
+    """For a reduction loop around register-tile code (every loop inside it unrolled or
+    vector: a micro-kernel's k loop), the test that every
+    access moving with its vector loops steps by one element, as (i1 value, ids of the
+    vector loops), made before the loop; None when no step is a runtime value or one is
+    known not to be one. Codegen then emits the loop twice, under the test and under its
+    negation, and each vector loop inside skips its own test (VectorLoop.emit): tested
+    inside, it had to be unswitched out of the loop by LLVM, which gives up past a size
+    (a few-rows tile of 5 x 4 vectors with edge versions beside it kept its tests inside
+    the k loop, its accumulators spilled: 5 x 1000 @ 1000 x 64 5 -> 9 us)."""
+    if loop.kind is not LoopKind.SERIAL or loop.plan is not None or not loop.reduction:
+        return None
+    vectors = []
+    for n in walk(loop):
+        if not isinstance(n, Loop) or n is loop:
+            continue
+        if n.kind is LoopKind.VECTOR and isinstance(n.plan, VectorPlan):
+            vectors.append(n)
+        elif n.kind is not LoopKind.UNROLLED:
+            return None
+    if not vectors or any(buf not in cg.memory for v in vectors for buf, _ in v.plan.moving):
+        return None
+    unit = ir.Constant(I1, 1)
+    for v in {id(v): v for v in vectors}.values():
+        one = VectorLoop(cg, v, v.plan).steps()[0]
+        if isinstance(one, ir.Constant):
+            if not one.constant:
+                return None
+            continue
+        unit = cg.b.and_(unit, one)
+    if isinstance(unit, ir.Constant):
+        return None
+    return unit, {id(v) for v in vectors}
 
 
 def emit_vector_loop(cg, loop, start, end):
@@ -182,8 +219,46 @@ class VectorLoop(AccumulatorMixin):
         and needs no test. (Measured on Zen 5: gathers beat the scalar loop by 15-25% on
         column-major float rows, lose to it on stride-2 views, and tie on bytes, which
         no x86 instruction gathers.)"""
-        cg = self.cg
-        b = cg.b
+        known = self.cg.known_unit_steps.get(id(self.loop))
+        if known:                   # tested before the loop around it (unit_steps_test)
+            self._vector(start, end)
+            return
+        b = self.cg.b
+        unit, unit_written, strided = self.steps()
+        if isinstance(unit, ir.Constant) and unit.constant:
+            self._vector(start, end)
+            return
+        if not self.plan.whole and any(itemsize(buf.dtype) < GATHER_MIN_BYTES
+                                       for buf, _ in self.plan.moving if id(buf) in strided):
+            # no hardware gathers of bytes or halves: the scalar loop (but a whole local
+            # buffer is never indexed lane by lane, so that it stays a register value)
+            strided = set()
+
+        def other():
+            if not strided:
+                self._scalar_loop(start, end)
+            else:
+                with b.if_else(unit_written) as (gather, scalar):
+                    with gather:
+                        self.gathering = strided
+                        self._vector(start, end)
+                        self.gathering = set()
+                    with scalar:
+                        self._scalar_loop(start, end)
+        if known is False:          # some access around does not step by one element
+            other()
+            return
+        with b.if_else(unit) as (vector, general):
+            with vector:
+                self._vector(start, end)
+            with general:
+                other()
+
+    def steps(self):
+        """(unit, unit_written, strided): i1 values (or constants) saying that every
+        access moving with the loop, and every written one, steps by one element; and
+        the ids of the buffers whose loads would gather otherwise."""
+        b = self.cg.b
         unit, unit_written, strided = ir.Constant(I1, 1), ir.Constant(I1, 1), set()
         for buf, index in self.plan.moving:
             step = self.access_step(buf, index)
@@ -200,28 +275,7 @@ class VectorLoop(AccumulatorMixin):
                 unit_written = b.and_(unit_written, one)
             else:
                 strided.add(id(buf))
-        if isinstance(unit, ir.Constant) and unit.constant:
-            self._vector(start, end)
-            return
-        if not self.plan.whole and any(itemsize(buf.dtype) < GATHER_MIN_BYTES
-                                       for buf, _ in self.plan.moving if id(buf) in strided):
-            # no hardware gathers of bytes or halves: the scalar loop (but a whole local
-            # buffer is never indexed lane by lane, so that it stays a register value)
-            strided = set()
-        with b.if_else(unit) as (vector, other):
-            with vector:
-                self._vector(start, end)
-            with other:
-                if not strided:
-                    self._scalar_loop(start, end)
-                else:
-                    with b.if_else(unit_written) as (gather, scalar):
-                        with gather:
-                            self.gathering = strided
-                            self._vector(start, end)
-                            self.gathering = set()
-                        with scalar:
-                            self._scalar_loop(start, end)
+        return unit, unit_written, strided
 
     def _scalar_loop(self, start, end):
         """The loop on scalars, for steps other than one. Over a register tile (a

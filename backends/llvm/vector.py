@@ -163,6 +163,14 @@ def unit_steps_test(cg, loop):
     return unit, {id(v) for v in vectors}
 
 
+def _always(value):
+    return isinstance(value, ir.Constant) and bool(value.constant)
+
+
+def _never(value):
+    return isinstance(value, ir.Constant) and not value.constant
+
+
 def emit_vector_loop(cg, loop, start, end):
     """Codegen._loop for a VECTOR loop (its VectorPlan made by schedule/vectorize.py):
     vector code, with a scalar version for other strides."""
@@ -225,7 +233,7 @@ class VectorLoop(AccumulatorMixin):
             return
         b = self.cg.b
         unit, unit_written, strided = self.steps()
-        if isinstance(unit, ir.Constant) and unit.constant:
+        if _always(unit):
             self._vector(start, end)
             return
         if not self.plan.whole and any(itemsize(buf.dtype) < GATHER_MIN_BYTES
@@ -234,15 +242,20 @@ class VectorLoop(AccumulatorMixin):
             # buffer is never indexed lane by lane, so that it stays a register value)
             strided = set()
 
+        def gather():
+            self.gathering = strided
+            self._vector(start, end)
+            self.gathering = set()
+
         def other():
-            if not strided:
+            if not strided or _never(unit_written):
                 self._scalar_loop(start, end)
+            elif _always(unit_written):          # a LOCAL tile's accumulators, say
+                gather()
             else:
-                with b.if_else(unit_written) as (gather, scalar):
-                    with gather:
-                        self.gathering = strided
-                        self._vector(start, end)
-                        self.gathering = set()
+                with b.if_else(unit_written) as (gathered, scalar):
+                    with gathered:
+                        gather()
                     with scalar:
                         self._scalar_loop(start, end)
         if known is False:          # some access around does not step by one element

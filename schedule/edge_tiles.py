@@ -45,8 +45,8 @@ def edge_tiles(kernel):
 
 def _rewrite(node):
     body = children(node)
-    if not body:
-        return node
+    if not body or isinstance(node, Guard) and (node.note or "").startswith("edge tile"):
+        return node                 # (versions made already: the pass is idempotent)
     new = []
     for n, child in enumerate(body):
         child = _rewrite(child)
@@ -98,7 +98,10 @@ def _edge_width(loop, after):
     if int(cols.extent) <= lanes or int(cols.extent) % lanes:
         return None
     if rem is not None:
-        return rem
+        # the versions stand outside `loop`: a width that moves with a loop of the
+        # tile (a guard on a split of k, say) is no tile's width
+        inside = {n.var for n in walk(loop) if isinstance(n, Loop)}
+        return None if sp.sympify(rem).free_symbols & inside else rem
     for stmt in after:
         for n in walk(stmt):
             if isinstance(n, Loop) and n.var == cols.var and n.kind is LoopKind.VECTOR:

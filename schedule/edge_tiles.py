@@ -25,10 +25,11 @@ at N = 16 to 16 at N = 64): N = 16 13.1 -> 4.8 us (7.5 with the test alone), 32 
 -> 5.5 (8.1), 48 15.5 -> 5.8 (9.0), 100 18.8 -> 9.8 (10.7); a whole tile pays for the
 code beside it, N = 64 4.9 -> 5.2. The AVX2 tile's k loop is unrolled (four rows of B a
 pass), which this does not take: there the versions cost 5-18% at N a multiple of 16
-for 1.3-1.8x elsewhere (5 x 1000 x 24 11.3 -> 6.4 us), so they were left out. Only an update loop of
-that shape (a reduction loop around an unrolled loop around a vector loop of constant
-extent updating a LOCAL tile, nothing else but that guard) whose write-back or guard
-masks by its vector variable changes.
+for 1.3-1.8x elsewhere (5 x 1000 x 24 11.3 -> 6.4 us), so they were left out.
+
+Only an update loop of that shape (a reduction loop around an unrolled loop around a
+vector loop of constant extent updating a LOCAL tile, nothing else but that guard) whose
+write-back or guard masks by its vector variable changes.
 """
 import sympy as sp
 

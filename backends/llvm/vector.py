@@ -46,8 +46,8 @@ Rules:
   size) has step sum_d c_d * stride_d elements; stride values are runtime (a LOCAL
   buffer's are known), so the unit step is checked before the loop (the versioning
   above), or before the reduction loop around a register tile's vector loops
-  (`unit_steps_test`). A unit step is a plain `load/store <W x T>` aligned to the element size;
-  other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
+  (`unit_steps_test`). A unit step is a plain `load/store <W x T>` aligned to the
+  element size; other steps gather (AVX-512 gathers 32- and 64-bit elements; LLVM assembles narrower
   ones lane by lane, no faster than the scalar loop, which they therefore keep unless
   the loop covers a whole local buffer); an access that does not move is a scalar
   load and a splat (a subtree that does not move is computed as scalars); `IndexValue`
@@ -130,14 +130,14 @@ def _per_lane(e):
 
 def unit_steps_test(cg, loop):
     """For a reduction loop around register-tile code (every loop inside it unrolled or
-    vector: a micro-kernel's k loop), the test that every
-    access moving with its vector loops steps by one element, as (i1 value, ids of the
-    vector loops), made before the loop; None when no step is a runtime value or one is
-    known not to be one. Codegen then emits the loop twice, under the test and under its
-    negation, and each vector loop inside skips its own test (VectorLoop.emit): tested
-    inside, it had to be unswitched out of the loop by LLVM, which gives up past a size
-    (a few-rows tile of 5 x 4 vectors with edge versions beside it kept its tests inside
-    the k loop, its accumulators spilled: 5 x 1000 @ 1000 x 64 5 -> 9 us)."""
+    vector: a micro-kernel's k loop), the test that every access moving with its vector
+    loops steps by one element, as (i1 value, ids of the vector loops), made before the
+    loop; None when no step is a runtime value or one is known not to be one. Codegen
+    then emits the loop twice, under the test and under its negation, and each vector
+    loop inside skips its own test (VectorLoop.emit): tested inside, it had to be
+    unswitched out of the loop by LLVM, which gives up past a size (a few-rows tile of
+    5 x 4 vectors with edge versions beside it kept its tests inside the k loop, its
+    accumulators spilled: 5 x 1000 @ 1000 x 64 5 -> 9 us)."""
     if loop.kind is not LoopKind.SERIAL or loop.plan is not None or not loop.reduction:
         return None
     vectors = []

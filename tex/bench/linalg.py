@@ -170,6 +170,19 @@ for _cols in (8, 16, 32, 60):
     _narrow(f"matmul_narrow_1024x1024x{_cols}", _cols)
 
 
+def _few_rows(name, rows, cols):
+    def run_case(opts):
+        return _matmul(opts, rows, 1000, cols, max_repeat=5)
+    run_case.__name__ = name
+    run_case.__doc__ = (f"C[{rows}x{cols}] = A[{rows}x1000] @ B[1000x{cols}] float32 (a few "
+                        "rows, B read in place; columns no tile divides) vs a @ b.")
+    return workload(run_case)
+
+
+for _rows, _cols in ((5, 48), (3, 100)):
+    _few_rows(f"matmul_few_rows_{_rows}x1000x{_cols}", _rows, _cols)
+
+
 @workload
 def threads_scale_scaled_add_64mib(opts):
     """y = 2*x + 1 over 64 MiB of float32 (a parallel elementwise kernel, into its own

@@ -17,15 +17,19 @@ chosen by the columns the tile has, c vectors for (c-1)*W < rem <= c*W:
 
 Each version is straight-line code over constant offsets, so its tile stays in
 registers. The columns a version skips stay zero and are masked at the write-back; the
-packed panel of B it reads is padded with zeros past the edge. A tile that reads B in
-place (the few-rows stream of auto.py) guards its update by the matrix's edge instead
-(`if col + NR*t < N`): its versions keep that guard, which masks only their last vector.
-On AVX-512, one thread, 5 x 1000 @ 1000 x N (with vector.unit_steps_test; numpy 4.5 us
-at N = 16 to 16 at N = 64): N = 16 13.1 -> 4.8 us (7.5 with the test alone), 32 14.5
--> 5.5 (8.1), 48 15.5 -> 5.8 (9.0), 100 18.8 -> 9.8 (10.7); a whole tile pays for the
-code beside it, N = 64 4.9 -> 5.2. The AVX2 tile's k loop is unrolled (four rows of B a
-pass), which this does not take: there the versions cost 5-18% at N a multiple of 16
-for 1.3-1.8x elsewhere (5 x 1000 x 24 11.3 -> 6.4 us), so they were left out.
+packed panel of B it reads is padded with zeros past the edge.
+
+A tile that reads B in place (the few-rows stream of auto.py) guards its update by the
+matrix's edge instead (`if col + NR*t < N`). Its versions keep that guard and are made
+inside its partial tile (`partial_tile_versions`, called by vectorize._whole_tiles,
+which splits each version again: a width of exactly c vectors runs unmasked). On
+AVX-512, one thread, 5 x 1000 @ 1000 x N (with vector.unit_steps_test; numpy 4.5 us at
+N = 16 to 16 at N = 64): N = 16 13.0 -> 4.6 us (7.5 with the test alone), 32 14.2 ->
+4.7 (8.1), 48 15 -> 5.4 (9.0), 100 18.4 -> 9.6 (10.7); a whole tile pays a little for
+the code around it, N = 64 4.7 -> 5.0, 3 x 1000 x 64 3.8 -> 4.3. The AVX2 tile's k loop
+is unrolled (four rows of B a pass), which this does not take: there the versions cost
+8-13% at N a multiple of 16 (even inside the partial tile) for 1.2-1.7x elsewhere (5 x
+1000 x 24 10.8 -> 6.4 us), so they were left out.
 
 Only an update loop of that shape (a reduction loop around an unrolled loop around a
 vector loop of constant extent updating a LOCAL tile, nothing else but that guard) whose
@@ -99,10 +103,7 @@ def _edge_width(loop, after):
     if int(cols.extent) <= lanes or int(cols.extent) % lanes:
         return None
     if rem is not None:
-        # the versions stand outside `loop`: a width that moves with a loop of the
-        # tile (a guard on a split of k, say) is no tile's width
-        inside = {n.var for n in walk(loop) if isinstance(n, Loop)}
-        return None if sp.sympify(rem).free_symbols & inside else rem
+        return None             # versioned in its partial tile (partial_tile_versions)
     for stmt in after:
         for n in walk(stmt):
             if isinstance(n, Loop) and n.var == cols.var and n.kind is LoopKind.VECTOR:
@@ -124,6 +125,23 @@ def _lane_bound(cond, var):
             if var not in rest.free_symbols:
                 return c.rhs - rest
     return None
+
+
+def partial_tile_versions(loop):
+    """The versions of a tile's update loop that reads B in place (guarded by the matrix's
+    edge), for the partial tile of vectorize._whole_tiles, or None: the whole tile keeps
+    the loop as it is, never beside versions it does not run."""
+    cols = _tile_update(loop)
+    if cols is None:
+        return None
+    rem, u = _lane_guarded(cols)
+    lanes = target().lanes(u.buffer.dtype)
+    if rem is None or int(cols.extent) <= lanes or int(cols.extent) % lanes:
+        return None
+    # the versions stand outside `loop`: a width that moves with a loop of the tile (a
+    # guard on a split of k, say) is no tile's width
+    inside = {n.var for n in walk(loop) if isinstance(n, Loop)}
+    return None if sp.sympify(rem).free_symbols & inside else _versions(loop, rem)
 
 
 def _versions(loop, rem):

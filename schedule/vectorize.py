@@ -30,6 +30,7 @@ import sympy as sp
 
 from tex.expr import Access, Min, all_of, at_least, negation, walk as walk_expr
 
+from .edge_tiles import partial_tile_versions
 from .ir import Guard, Loop, LoopKind, Store, Update, map_nest, walk
 from .target import target
 from .vector_plan import affine_coefficient, itemsize, plan_vector_loop, sum_partials
@@ -131,7 +132,7 @@ TILE_KINDS = (LoopKind.UNROLLED, LoopKind.VECTOR)
 WHOLE, PARTIAL = "whole tile", "partial tile"
 
 
-def _whole_tiles(node, in_tile=False):
+def _whole_tiles(node, in_tile=False, versions=True):
     """Split each tile -- a nest of unrolled and vector loops of constant extent, such as
     a register tile's write-back or a row of a packed panel -- whose statements are
     guarded (the tile may pass the tensor's edge) into `if W: the nest without its
@@ -148,7 +149,7 @@ def _whole_tiles(node, in_tile=False):
     around = isinstance(node, Loop) and not tile and all(
         _is_tile(n) for c in node.body for n in walk(c) if isinstance(n, Loop))
     if (tile or around) and not in_tile:
-        split = _split_whole(node)
+        split = _split_whole(node, versions)
         if split is not None:
             return split
     body = getattr(node, "body", None)
@@ -156,7 +157,7 @@ def _whole_tiles(node, in_tile=False):
         return node
     new = []
     for child in body:
-        r = _whole_tiles(child, in_tile or tile)
+        r = _whole_tiles(child, in_tile or tile, versions)
         new.extend(r if isinstance(r, tuple) else (r,))
     if len(new) == len(body) and all(a is b for a, b in zip(new, body)):
         return node                      # (a rebuilt loop would lose its plan)
@@ -168,7 +169,7 @@ def _is_tile(node):
         sp.sympify(node.extent).is_Integer and sp.sympify(node.start).is_Integer
 
 
-def _split_whole(loop):
+def _split_whole(loop, versions=True):
     """(Guard(W, unguarded nest), Guard(not W, nest)) for a tile nest (or one loop around
     tile nests, when W does not depend on that loop), or None when it holds no guard
     whose truth over the tiles can be decided before it."""
@@ -204,8 +205,18 @@ def _split_whole(loop):
         return node
     if whole is sp.true:
         return (map_nest(loop, strip),)
+    # a partial tile that reads B in place: versions of fewer vectors (edge_tiles), each
+    # split in turn (its whole tile is a width of exactly that many vectors)
+    edge = partial_tile_versions(loop) if versions else None
+    partial = (loop,) if edge is None else (edge[0],) + tuple(
+        v.replace(body=tuple(_flat(_whole_tiles(c, versions=False) for c in v.body)))
+        for v in edge[1:])
     return (Guard(whole, (map_nest(loop, strip),), WHOLE),
-            Guard(negation(whole), (loop,), PARTIAL))
+            Guard(negation(whole), partial, PARTIAL))
+
+
+def _flat(results):
+    return [n for r in results for n in (r if isinstance(r, tuple) else (r,))]
 
 
 def _over_tile(cond, ranges, value):

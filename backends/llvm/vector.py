@@ -157,7 +157,7 @@ def unit_steps_test(cg, loop):
             if not one.constant:
                 return None
             continue
-        unit = cg.b.and_(unit, one)
+        unit = _and(cg.b, unit, one)
     if isinstance(unit, ir.Constant):
         return None
     return unit, {id(v) for v in vectors}
@@ -169,6 +169,12 @@ def _always(value):
 
 def _never(value):
     return isinstance(value, ir.Constant) and not value.constant
+
+
+def _and(b, known, value):
+    """known & value, a constant when `known` decides it (so that the arms it rules out
+    are never emitted)."""
+    return value if _always(known) else known if _never(known) else b.and_(known, value)
 
 
 def emit_vector_loop(cg, loop, start, end):
@@ -258,7 +264,7 @@ class VectorLoop(AccumulatorMixin):
                         gather()
                     with scalar:
                         self._scalar_loop(start, end)
-        if known is False:          # some access around does not step by one element
+        if known is False or _never(unit):   # some access does not step by one element
             other()
             return
         with b.if_else(unit) as (vector, general):
@@ -283,9 +289,9 @@ class VectorLoop(AccumulatorMixin):
                     unit = ir.Constant(I1, 0)
                 continue
             one = b.icmp_signed("==", step, ir.Constant(I64, 1))
-            unit = b.and_(unit, one)
+            unit = _and(b, unit, one)
             if id(buf) in self.plan.written:
-                unit_written = b.and_(unit_written, one)
+                unit_written = _and(b, unit_written, one)
             else:
                 strided.add(id(buf))
         return unit, unit_written, strided

@@ -20,13 +20,15 @@ registers. The columns a version skips stay zero and are masked at the write-bac
 packed panel of B it reads is padded with zeros past the edge.
 
 A tile that reads B in place (the few-rows stream of auto.py) guards its update by the
-matrix's edge instead (`if col + NR*t < N`). Its versions keep that guard and are made
-inside its partial tile (`partial_tile_versions`, called by vectorize._whole_tiles,
-which splits each version again: a width of exactly c vectors runs unmasked). On
+matrix's edge instead (`if col + NR*t < N`). Its versions are made inside its partial
+tile (`partial_tile_versions`, called by vectorize._whole_tiles, which splits each
+version again: a width of exactly c vectors runs unmasked); in a version, the vectors
+before the last run without that bound and the last keeps the guard (`_columns`). On
 AVX-512, one thread, 5 x 1000 @ 1000 x N (with vector.unit_steps_test; numpy 4.5 us at
-N = 16 to 16 at N = 64): N = 16 13.0 -> 4.6 us (7.5 with the test alone), 32 14.2 ->
-4.7 (8.1), 48 15 -> 5.4 (9.0), 100 18.4 -> 9.6 (10.7); a whole tile pays a little for
-the code around it, N = 64 4.7 -> 5.0, 3 x 1000 x 64 3.8 -> 4.3. The AVX2 tile's k loop
+N = 16 to 16 at N = 64): N = 16 13.3 -> 4.7 us (7.5 with the test alone), 32 15.4 ->
+5.4 (8.1), 47 18.8 -> 6.2, 48 15.7 -> 5.6 (9.0), 100 20 -> 7.9 (10.7), 1000 81 -> 66;
+3 x 1000 x 40 7.9 -> 4.8; whole tiles alike within noise (N = 64 5.2 -> 5.3, 3 x 1000 x
+64 4.5 -> 4.4; 4.9 -> 5.2 with the versions beside the whole tile). The AVX2 tile's k loop
 is unrolled (four rows of B a pass), which this does not take: there the versions cost
 8-13% at N a multiple of 16 (even inside the partial tile) for 1.2-1.7x elsewhere (5 x
 1000 x 24 10.8 -> 6.4 us), so they were left out.
@@ -117,13 +119,16 @@ def _edge_width(loop, after):
 
 def _lane_bound(cond, var):
     """`Y - X` of a conjunct `var + X < Y` of `cond` (X free of var), else None."""
-    parts = cond.args if isinstance(cond, sp.And) else (cond,)
-    for c in parts:
+    c = _lane_conjunct(cond, var)
+    return None if c is None else c.rhs - (c.lhs - var)
+
+
+def _lane_conjunct(cond, var):
+    """The conjunct `var + X < Y` of `cond` (X, Y free of var), else None."""
+    for c in sp.And.make_args(cond):
         if isinstance(c, sp.StrictLessThan) and var in c.lhs.free_symbols and \
-                var not in c.rhs.free_symbols:
-            rest = c.lhs - var
-            if var not in rest.free_symbols:
-                return c.rhs - rest
+                var not in c.rhs.free_symbols and var not in (c.lhs - var).free_symbols:
+            return c
     return None
 
 
@@ -147,14 +152,37 @@ def partial_tile_versions(loop):
 def _versions(loop, rem):
     """The update loop as Guards by the tile's width `rem` (module docstring)."""
     cols = _tile_update(loop)
+    guarded = _lane_guarded(cols)[0] is not None
     lanes = target().lanes(_lane_guarded(cols)[1].buffer.dtype)
     count = int(cols.extent) // lanes
-    out = [Guard(greater(rem, (count - 1) * lanes), (loop,), note="edge tile")]
-    for c in range(1, count):
-        narrow = cols.replace(extent=sp.Integer(c * lanes))
-        rows = loop.body[0].replace(body=(narrow,))
-        cond = all_of(greater(rem, (c - 1) * lanes), less(rem, c * lanes, strict=False)) \
+    out = []
+    for c in (count, *range(1, count)):
+        if c == count and not guarded:
+            version = loop
+        else:
+            rows = loop.body[0].replace(body=_columns(cols, c, lanes, guarded))
+            version = loop.replace(body=(rows,))
+        cond = greater(rem, (count - 1) * lanes) if c == count else \
+            all_of(greater(rem, (c - 1) * lanes), less(rem, c * lanes, strict=False)) \
             if c > 1 else less(rem, lanes, strict=False)
-        out.append(Guard(cond, (loop.replace(body=(rows,)),), note=f"edge tile: {c} of "
-                                                                    f"{count} vectors"))
+        note = "edge tile" if c == count else f"edge tile: {c} of {count} vectors"
+        out.append(Guard(cond, (version,), note=note))
     return tuple(out)
+
+
+def _columns(cols, vectors, lanes, guarded):
+    """The vector loops of a version of `vectors` vectors of `cols`. With the update
+    guarded by the matrix's edge, the vectors before the last are inside it (the
+    version's width says so): they run without that bound, and only the last vector
+    is masked."""
+    if not guarded:
+        return (cols.replace(extent=sp.Integer(vectors * lanes)),)
+    guard = cols.body[0]
+    inner = (vectors - 1) * lanes
+    last = cols.replace(start=sp.Integer(inner), extent=sp.Integer(lanes))
+    if not inner:
+        return (last,)
+    bound = _lane_conjunct(guard.cond, cols.var)
+    rest = [c for c in sp.And.make_args(guard.cond) if c is not bound]
+    body = guard.body if not rest else (guard.replace(cond=all_of(*rest)),)
+    return (cols.replace(extent=sp.Integer(inner), body=body), last)

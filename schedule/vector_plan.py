@@ -278,10 +278,11 @@ class _Planner:
 
     def lanes_in_bounds(self, buf, index):
         """buf[index] is a row of a LOCAL buffer of constant shape that the loop walks
-        from its start, `x` itself as the last index, in chunks that never pass the row's
-        end (the loop's bound a multiple of U*W, at most the row's length): every lane of
-        every chunk is inside the buffer, masked or not, so a masked access can be a
-        plain one (a select keeps the masked-off lanes). The register tile's
+        from a constant start (the last vector of an edge tile's version starts past the
+        others), `x` itself as the last index, in chunks that never pass the row's end
+        (the loop's bound a multiple of U*W, start + bound at most the row's length):
+        every lane of every chunk is inside the buffer, masked or not, so a masked access
+        can be a plain one (a select keeps the masked-off lanes). The register tile's
         accumulator then has only plain accesses, which LLVM keeps in registers; one
         masked access kept all of it in memory (a store per FMA: four rows streamed
         through a tile, 0.48x numpy)."""
@@ -290,8 +291,9 @@ class _Planner:
         if any(self.var in symbols_of(ix) for ix in index[:-1]):
             return False
         bound, chunk = self.plan_.bound, self.plan_.width * self.plan_.unroll
-        return sp.sympify(self.loop.start) == 0 and bound is not None and \
-            bound % chunk == 0 and bound <= int(buf.shape[-1])
+        start = sp.sympify(self.loop.start)
+        return start.is_Integer and start >= 0 and bound is not None and \
+            bound % chunk == 0 and int(start) + bound <= int(buf.shape[-1])
 
     def whole_width(self):
         """W = the whole buffer when the loop moves through a LOCAL buffer it covers

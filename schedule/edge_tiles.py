@@ -152,8 +152,9 @@ def partial_tile_versions(loop):
 def _versions(loop, rem):
     """The update loop as Guards by the tile's width `rem` (module docstring)."""
     cols = _tile_update(loop)
-    guarded = _lane_guarded(cols)[0] is not None
-    lanes = target().lanes(_lane_guarded(cols)[1].buffer.dtype)
+    edge, update = _lane_guarded(cols)
+    guarded = edge is not None
+    lanes = target().lanes(update.buffer.dtype)
     count = int(cols.extent) // lanes
     out = []
     for c in (count, *range(1, count)):

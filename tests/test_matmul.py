@@ -566,10 +566,10 @@ def test_an_edge_tile_updates_only_the_vectors_of_columns_it_has(cpu, dtype):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_few_rows_edge_tile_reading_b_in_place_updates_only_its_vectors(cpu, dtype):
     """The few-rows nest reads B in place (no zero-padded panel), so its update at the
-    right edge is guarded by the matrix's edge: edge_tiles versions it too, each version
-    keeping the guard (5 x 1000 @ 1000 x 32 on AVX-512: 17 -> 5 us). Every remainder of
-    N by the tile's width, row counts 1 to 5, contiguous and strided B, 1 and 3 threads,
-    against numpy."""
+    right edge is guarded by the matrix's edge: edge_tiles versions it in its partial
+    tile, a version's last vector keeping the guard (5 x 1000 @ 1000 x 32 on AVX-512:
+    15 -> 5 us). Every remainder of N by the tile's width, row counts 1 to 5, contiguous,
+    strided and column-major B, 1 and 3 threads, against numpy."""
     t = target_named(cpu)
     rng = np.random.default_rng(29)
     before = tex.get_num_threads()

@@ -184,6 +184,13 @@ for _rows, _cols in ((5, 48), (3, 100)):
 
 
 @workload
+def matvec_narrow_1x4000x32(opts):
+    """A row times a matrix of 32 columns, 1x4000 @ 4000x32 float32 (one register tile's
+    width or less: the tile stays in registers for all of K), vs a @ b."""
+    return _matmul(opts, 1, 4000, 32, max_repeat=5)
+
+
+@workload
 def threads_scale_scaled_add_64mib(opts):
     """y = 2*x + 1 over 64 MiB of float32 (a parallel elementwise kernel, into its own
     out= buffer) vs numpy's np.multiply(x, 2, out=o); np.add(o, 1, out=o) (one thread, its

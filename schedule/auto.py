@@ -27,7 +27,8 @@ import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
-from tex.expr import Access, AutoParts, all_of, any_of, at_least, less, walk as walk_expr
+from tex.expr import (Access, AutoParts, all_of, any_of, at_least, less, negation,
+                      walk as walk_expr)
 
 from .order import prefers_reduction_outside
 from .strategies import accumulator_span, reduction_strategy
@@ -283,13 +284,28 @@ def _auto_blocked(stage):
     # generic order shares the batch among the threads (the dots' row blocks are one)
     between = sp.false if roles.batch else all_of(less(cols, tiers[0][0]),
                                                    at_least(rows, blocking.mr))
-    cases.append((any_of(less(cols, narrow), between), dots))
+    # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
+    # _auto_streamed_rows (or _few_rows_cases) instead, its columns masked, where the
+    # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
+    # one thread, Zen 5: 22 -> 6.4 us, AVX2 code 23.6 -> 8.8; x 8: 8.5 -> 6.0 | 8.5 ->
+    # 8.9; x 4: 4.5 -> 5.4 | 4.4 -> 8.8, numpy 2.4)
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
     # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
     # only when a call has that many rows.
     few = _few_rows_cases(d, roles, rows, blocking.mr)
+    # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
+    # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
+    # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
+    # one thread, Zen 5: 22 -> 6.4 us, AVX2 code 23.6 -> 8.8; x 8: 8.5 -> 6.0 | 8.5 ->
+    # 8.9; x 4: 4.5 -> 5.4 | 4.4 -> 8.8, numpy 2.4)
+    one_row = sp.true if rows == 1 and _streams_rows(stage) else \
+        sp.Eq(rows, 1, evaluate=False) if few else sp.false
+    few_columns = less(cols, ONE_ROW_DOT_COLUMNS) if one_row is sp.true else all_of(
+        any_of(less(cols, narrow), between),
+        negation(all_of(one_row, at_least(cols, ONE_ROW_DOT_COLUMNS))))
+    cases.append((few_columns, dots))
     cases.extend(few)
     for condition, schedule in cases:
         if condition is sp.true:              # sizes known now: no specialization
@@ -324,6 +340,7 @@ def _few_rows_cases(d, roles, rows, mr):
 
 
 DOT_ROWS = 64           # rows of A a packed copy of B serves (dot-product specialization)
+ONE_ROW_DOT_COLUMNS = 8  # one row of A with fewer columns runs dot products (_auto_blocked)
 STREAM_ROWS = 4         # rows of B a pass over the output tile adds, unrolled (few rows)
 STREAM_ROWS_ROLLED = 16  # the same for several rows of A when the rows of B are a loop
 ONE_ROW_STREAM = 8      # the same for one row of A (a loop)
@@ -352,24 +369,10 @@ def _auto_streamed_rows(stage):
     symbolic number of rows below MR gets it as a specialization per count
     (_few_rows_cases), built when a call first has that many rows.
     Returns whether the stage is done."""
-    from .blocking import contraction_roles
     d = stage.definition
-    red = d.reduction
-    if red is None or red.combiner != "sum" or len(red.over) != 1 or not d.indices or \
-            red.dtype.kind != "f" or stage.state.private is not None or \
-            not COMBINERS["sum"].may_reassociate(red.dtype, stage.state.fast_math):
+    if not _streams_rows(stage):
         return False
-    j, k = d.indices[-1], red.over[0]
-    reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
-    matrix = [n for n in reads if any(j in sp.sympify(ix).free_symbols for ix in n.index)]
-    if len(reads) not in (1, 2) or len(matrix) != 1 or not prefers_reduction_outside(d):
-        return False
-    others = list(d.indices[:-1])
-    if others:                      # a matrix's one row (the stage _auto_blocked left)
-        roles = contraction_roles(d)
-        if roles is None or roles.batch or roles.j is not j or \
-                any(d.extents[x] != 1 for x in others):
-            return False
+    j, k, others = d.indices[-1], d.reduction.over[0], list(d.indices[:-1])
     # an output row that fits the register tile gets it for all of K (ONE_ROW_VECTORS)
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
     if narrow is not sp.false:
@@ -379,6 +382,30 @@ def _auto_streamed_rows(stage):
             return True
     _stream_rows_of_b(stage, d, j, k, others, f"{d.name}_parts")
     return True
+
+
+def _streams_rows(stage):
+    """Whether _auto_streamed_rows takes the stage: a float sum over one index of one
+    read of a matrix (by the last output index) times at most one other read, with no
+    output index but that one or only indices of extent 1 (a matrix's one row)."""
+    from .blocking import contraction_roles
+    d = stage.definition
+    red = d.reduction
+    if red is None or red.combiner != "sum" or len(red.over) != 1 or not d.indices or \
+            red.dtype.kind != "f" or stage.state.private is not None or \
+            not COMBINERS["sum"].may_reassociate(red.dtype, stage.state.fast_math):
+        return False
+    j = d.indices[-1]
+    reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
+    matrix = [n for n in reads if any(j in sp.sympify(ix).free_symbols for ix in n.index)]
+    if len(reads) not in (1, 2) or len(matrix) != 1 or not prefers_reduction_outside(d):
+        return False
+    others = list(d.indices[:-1])
+    if not others:
+        return True
+    roles = contraction_roles(d)
+    return roles is not None and not roles.batch and roles.j is j and \
+        all(d.extents[x] == 1 for x in others)
 
 
 def _one_row_width(d):

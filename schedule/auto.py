@@ -299,13 +299,23 @@ def _auto_blocked(stage):
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
     # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
     # one thread, Zen 5: 22 -> 6.4 us, AVX2 code 23.6 -> 8.8; x 8: 8.5 -> 6.0 | 8.5 ->
-    # 8.9; x 4: 4.5 -> 5.4 | 4.4 -> 8.8, numpy 2.4)
-    one_row = sp.true if rows == 1 and _streams_rows(stage) else \
-        sp.Eq(rows, 1, evaluate=False) if few else sp.false
-    few_columns = less(cols, ONE_ROW_DOT_COLUMNS) if one_row is sp.true else all_of(
-        any_of(less(cols, narrow), between),
-        negation(all_of(one_row, at_least(cols, ONE_ROW_DOT_COLUMNS))))
-    cases.append((few_columns, dots))
+    # 8.9; x 4: 4.5 -> 5.4 | 4.4 -> 8.8, numpy 2.4). Float32 and float64 only, whose row
+    # tile is a plain product's (not float16's: its sum is kept in float16, in one chain
+    # per lane there), and only a product that the row tile reads along B's rows
+    # (_streams_rows: not A @ B.T, whose row tile would step down B's columns)
+    one_row = sp.false
+    if red.dtype in (np.float32, np.float64) and narrow > ONE_ROW_DOT_COLUMNS:
+        if rows == 1 and _streams_rows(stage):
+            one_row = sp.true
+        elif few and _streams_rows(stage, rows_fixed=True):
+            one_row = sp.Eq(rows, 1, evaluate=False)
+    dot_columns = any_of(less(cols, narrow), between)
+    if one_row is sp.true:
+        dot_columns = less(cols, ONE_ROW_DOT_COLUMNS)
+    elif one_row is not sp.false:
+        dot_columns = all_of(dot_columns, negation(all_of(
+            one_row, at_least(cols, ONE_ROW_DOT_COLUMNS))))
+    cases.append((dot_columns, dots))
     cases.extend(few)
     for condition, schedule in cases:
         if condition is sp.true:              # sizes known now: no specialization
@@ -384,10 +394,11 @@ def _auto_streamed_rows(stage):
     return True
 
 
-def _streams_rows(stage):
+def _streams_rows(stage, rows_fixed=False):
     """Whether _auto_streamed_rows takes the stage: a float sum over one index of one
     read of a matrix (by the last output index) times at most one other read, with no
-    output index but that one or only indices of extent 1 (a matrix's one row)."""
+    output index but that one or only indices of extent 1 (a matrix's one row; with
+    `rows_fixed`, any extent, which a specialization then fixes to 1)."""
     from .blocking import contraction_roles
     d = stage.definition
     red = d.reduction
@@ -405,7 +416,7 @@ def _streams_rows(stage):
         return True
     roles = contraction_roles(d)
     return roles is not None and not roles.batch and roles.j is j and \
-        all(d.extents[x] == 1 for x in others)
+        (rows_fixed or all(d.extents[x] == 1 for x in others))
 
 
 def _one_row_width(d):

@@ -398,6 +398,38 @@ def test_one_row_no_wider_than_its_tile_keeps_the_tile_in_registers_for_all_of_k
         tex.set_num_threads(before)
 
 
+def test_one_row_keeps_dot_products_where_the_row_tile_would_not_read_along_b():
+    """Only a float32/float64 product whose row tile reads along B's rows leaves the dot
+    products to the row tile from 8 columns on: A @ B.T, a transposed output (whose one
+    row is N's), a float16 sum and SSE's narrower vectors keep them (a reviewer's find:
+    A @ B.T at M = 1 and 8 to 15 columns went from 4 to 63 us); all match numpy."""
+    i, j, k = tex.indices("i j k")
+    A32, B32 = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    Bt = tex.tensor("B", (N, K), "float32")
+    A16, B16 = tex.tensor("A", (M, K), "float16"), tex.tensor("B", (K, N), "float16")
+    cases = [(tex.compute("C", (i, j), tex.sum(A32[i, k] * Bt[j, k], over=k)), None,
+              lambda a, b: a @ b.T, lambda n, kk: ((1, kk), (n, kk))),
+             (tex.compute("C", (j, i), tex.sum(A32[i, k] * B32[k, j], over=k)), None,
+              lambda a, b: (a @ b).T, lambda n, kk: ((n, kk), (kk, 1))),
+             (tex.compute("C", (i, j), tex.sum(A16[i, k] * B16[k, j], over=k)), None,
+              lambda a, b: a @ b, lambda n, kk: ((1, kk), (kk, n))),
+             (tex.compute("C", (i, j), tex.sum(A32[i, k] * B32[k, j], over=k)), "x86-64",
+              lambda a, b: a @ b, lambda n, kk: ((1, kk), (kk, n)))]
+    rng = np.random.default_rng(29)
+    for program, cpu, want, shapes in cases:
+        with targets.overriding(target_named(cpu)):
+            text = str(tex.schedule(program).auto())
+            f = tex.compile(program)
+        assert not re.search(r"Eq\([MN], 1\) & \([MN] >= 8\)", text), text
+        for n in (7, 8, 12, 15):
+            sa, sb = shapes(n, 300)
+            a = rng.standard_normal(sa).astype(program.dtype)
+            b = rng.standard_normal(sb).astype(program.dtype)
+            ref = want(a.astype(np.float64), b.astype(np.float64))
+            np.testing.assert_allclose(f(a, b), ref, rtol=0,
+                                       atol=(0.5 if a.dtype == np.float16 else 1e-4) * 300 ** 0.5)
+
+
 def _depth(nest, loop, after=0):
     """(indentation, line number) of the first `for loop...` line of a printed nest at or
     after line `after`."""

@@ -294,7 +294,10 @@ def _auto_blocked(stage):
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
     # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
     # only when a call has that many rows.
-    few = _few_rows_cases(d, roles, rows, blocking.mr)
+    # (only for a product whose tile reads along B's rows: A @ B.T's would step down B's
+    # columns, 20x slower than numpy at one row, 1 x 4000 @ (64 x 4000).T: 70 us)
+    few = _few_rows_cases(d, roles, rows, blocking.mr) \
+        if _streams_rows(stage, rows_fixed=True) else []
     # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
     # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
@@ -307,7 +310,7 @@ def _auto_blocked(stage):
     if red.dtype in (np.float32, np.float64) and narrow > ONE_ROW_DOT_COLUMNS:
         if rows == 1 and _streams_rows(stage):
             one_row = sp.true
-        elif few and _streams_rows(stage, rows_fixed=True):
+        elif few:
             one_row = sp.Eq(rows, 1, evaluate=False)
     dot_columns = any_of(less(cols, narrow), between)
     if one_row is sp.true:

@@ -296,8 +296,8 @@ def _auto_blocked(stage):
     # only when a call has that many rows.
     # (only for a product whose tile reads along B's rows: A @ B.T's would step down B's
     # columns, 20x slower than numpy at one row, 1 x 4000 @ (64 x 4000).T: 70 us)
-    few = _few_rows_cases(d, roles, rows, blocking.mr) \
-        if _streams_rows(stage, rows_fixed=True) else []
+    few = _few_rows_cases(d, roles, rows, blocking.mr) if prefers_reduction_outside(d) \
+        else []
     # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
     # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
@@ -397,11 +397,10 @@ def _auto_streamed_rows(stage):
     return True
 
 
-def _streams_rows(stage, rows_fixed=False):
+def _streams_rows(stage):
     """Whether _auto_streamed_rows takes the stage: a float sum over one index of one
     read of a matrix (by the last output index) times at most one other read, with no
-    output index but that one or only indices of extent 1 (a matrix's one row; with
-    `rows_fixed`, any extent, which a specialization then fixes to 1)."""
+    output index but that one or only indices of extent 1 (a matrix's one row)."""
     from .blocking import contraction_roles
     d = stage.definition
     red = d.reduction
@@ -419,7 +418,7 @@ def _streams_rows(stage, rows_fixed=False):
         return True
     roles = contraction_roles(d)
     return roles is not None and not roles.batch and roles.j is j and \
-        (rows_fixed or all(d.extents[x] == 1 for x in others))
+        all(d.extents[x] == 1 for x in others)
 
 
 def _one_row_width(d):

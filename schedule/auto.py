@@ -284,11 +284,6 @@ def _auto_blocked(stage):
     # generic order shares the batch among the threads (the dots' row blocks are one)
     between = sp.false if roles.batch else all_of(less(cols, tiers[0][0]),
                                                    at_least(rows, blocking.mr))
-    # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
-    # _auto_streamed_rows (or _few_rows_cases) instead, its columns masked, where the
-    # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
-    # one thread, Zen 5: 22 -> 6.4 us, AVX2 code 23.6 -> 8.8; x 8: 8.5 -> 6.0 | 8.5 ->
-    # 8.9; x 4: 4.5 -> 5.4 | 4.4 -> 8.8, numpy 2.4)
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic

@@ -289,10 +289,7 @@ def _auto_blocked(stage):
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
     # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
     # only when a call has that many rows.
-    # (only for a product whose tile reads along B's rows: A @ B.T's would step down B's
-    # columns, 20x slower than numpy at one row, 1 x 4000 @ (64 x 4000).T: 70 us)
-    few = _few_rows_cases(d, roles, rows, blocking.mr) if prefers_reduction_outside(d) \
-        else []
+    few = _few_rows_cases(d, roles, rows, blocking.mr)
     # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
     # dot products copy all of B transposed at every call (1 x 4000 @ 4000 x 15 float32,
@@ -305,7 +302,7 @@ def _auto_blocked(stage):
     if red.dtype in (np.float32, np.float64) and narrow > ONE_ROW_DOT_COLUMNS:
         if rows == 1 and _streams_rows(stage):
             one_row = sp.true
-        elif few:
+        elif few and _streams_rows(stage, rows_fixed=True):
             one_row = sp.Eq(rows, 1, evaluate=False)
     dot_columns = any_of(less(cols, narrow), between)
     if one_row is sp.true:
@@ -392,10 +389,11 @@ def _auto_streamed_rows(stage):
     return True
 
 
-def _streams_rows(stage):
+def _streams_rows(stage, rows_fixed=False):
     """Whether _auto_streamed_rows takes the stage: a float sum over one index of one
     read of a matrix (by the last output index) times at most one other read, with no
-    output index but that one or only indices of extent 1 (a matrix's one row)."""
+    output index but that one or only indices of extent 1 (a matrix's one row; with
+    `rows_fixed`, any extent, which a specialization then fixes to 1)."""
     from .blocking import contraction_roles
     d = stage.definition
     red = d.reduction
@@ -413,7 +411,7 @@ def _streams_rows(stage):
         return True
     roles = contraction_roles(d)
     return roles is not None and not roles.batch and roles.j is j and \
-        all(d.extents[x] == 1 for x in others)
+        (rows_fixed or all(d.extents[x] == 1 for x in others))
 
 
 def _one_row_width(d):

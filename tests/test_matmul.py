@@ -402,9 +402,8 @@ def test_one_row_keeps_dot_products_where_the_row_tile_would_not_read_along_b():
     """Only a float32/float64 product whose row tile reads along B's rows leaves the dot
     products to the row tile from 8 columns on: A @ B.T, a transposed output (whose one
     row is N's), a float16 sum and SSE's narrower vectors keep them (a reviewer's find:
-    A @ B.T at M = 1 and 8 to 15 columns went from 4 to 63 us); A @ B.T gets no
-    few-rows specializations at all (their tiles would step down B's columns: 1 x 1000 @
-    (1000 x 1000).T took 288 us, 54 us without); all match numpy, 1 to 6 rows."""
+    A @ B.T at M = 1 and 8 to 15 columns went from 4 to 63 us); all match numpy, A @ B.T
+    at 1 to 6 rows."""
     i, j, k = tex.indices("i j k")
     A32, B32 = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
     Bt = tex.tensor("B", (N, K), "float32")
@@ -426,7 +425,6 @@ def test_one_row_keeps_dot_products_where_the_row_tile_would_not_read_along_b():
             text = str(tex.schedule(program).auto())
             f = tex.compile(program)
         assert not re.search(r"Eq\([MN], 1\) & \([MN] >= 8\)", text), text
-        assert program is not a_bt or "Eq(M, " not in text, text
         for m in row_counts:
             for n in (7, 8, 12, 15, 33, 100):
                 sa, sb = shapes(m, n)

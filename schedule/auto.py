@@ -449,7 +449,7 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     # 2.5x). Unrolled with a guard, eight rows made 1.3 MB of IR (a 0.5-1 s first call);
     # the loop makes 0.2 MB, less than four unrolled rows did (0.65 MB: 307 -> 172 ms).
     if one:
-        width, pass_rows, unrolled = ONE_ROW_VECTORS * lanes, ONE_ROW_STREAM, False
+        width, pass_rows, unrolled = _one_row_width(d), ONE_ROW_STREAM, False
     else:
         width = full_tile_vectors() * lanes
         unrolled = full_tile_vectors() == 2

@@ -548,6 +548,34 @@ def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dt
     assert not full._sig.built.deferred
 
 
+def test_the_nests_a_build_leaves_out_are_those_sympy_finds_not_taken():
+    """compile_kernel decides which nests sizes need through choices.decider's generated
+    Python: the same choices as sympy's evaluation of each condition, at sizes around
+    every tile (and over several calls at once: those none of them takes)."""
+    from tex.backends.llvm import choices
+    i, j, k, l = tex.indices("i j k l")
+    L = tex.sizes("L")
+    C = tex.compute("C", (i, j), tex.sum(tex.tensor("A", (M, K), "float32")[i, k] *
+                                         tex.tensor("B", (K, N), "float32")[k, j], over=k))
+    E = tex.compute("E", (i, l), tex.sum(C[i, j] * tex.tensor("D", (N, L), "float32")[j, l],
+                                         over=j))
+    rng = np.random.default_rng(13)
+    for program in (matmul("float64"), E):
+        kernel = tex.compile(program).kernel
+        names = sorted(kernel.bindings, key=str)
+        calls = [dict(zip(names, rng.choice([1, 2, 5, 6, 7, 8, 12, 15, 16, 17, 48, 64, 65,
+                                             1000, 5000], len(names)).tolist()))
+                 for _ in range(60)]
+        seen = set()
+        for call in calls:
+            got = choices.not_taken(kernel, call)
+            assert got == choices._not_taken_by_sympy(kernel, call), call
+            seen.add(got)
+        assert len(seen) > 3                                   # the calls take different nests
+        assert choices.not_taken(kernel, calls[:3]) == \
+            choices._not_taken_by_sympy(kernel, calls[:3])
+
+
 def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
     """Two products in one kernel (E = (A @ B) @ D), each stage with specializations: a
     call needs one choice of each stage; a new combination builds its choices next to

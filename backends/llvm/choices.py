@@ -16,7 +16,17 @@ from . import codegen
 def not_taken(kernel, sizes):
     """The numbers of the choices (codegen.choices) whose conditions hold at none of
     `sizes` ([{Size: value}] or one dict); a condition that a call's sizes do not decide
-    (a call-time parameter) counts as taken."""
+    (a call-time parameter) counts as taken. Through `decider`'s generated Python (a
+    matmul's twelve conditions: 7.7 ms in sympy at its first compile)."""
+    calls = [sizes] if isinstance(sizes, dict) else list(sizes)
+    if not calls:
+        return frozenset()
+    at = decider(kernel)
+    return frozenset.intersection(*(at(call) for call in calls))
+
+
+def _not_taken_by_sympy(kernel, sizes):
+    """not_taken, each condition evaluated by sympy (what `decider` falls back to)."""
     calls = [sizes] if isinstance(sizes, dict) else sizes
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
@@ -67,7 +77,7 @@ def decider(kernel):
         try:
             return fast(values)
         except (KeyError, TypeError, ZeroDivisionError):   # a value missing, a size of 0
-            return not_taken(kernel, values)                # sympy decides, or keeps
+            return _not_taken_by_sympy(kernel, values)      # sympy decides, or keeps
     return not_taken_at
 
 

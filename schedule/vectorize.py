@@ -23,6 +23,7 @@ nothing of its own.
 A plan describes the loop it was made for: `Loop.replace` drops it, and the pass plans
 again whatever lacks one (it is idempotent on a planned nest).
 """
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -180,8 +181,9 @@ def _split_whole(loop, versions=True):
                 return None
             ranges[n.var] = (int(n.start), int(n.start) + int(n.extent) - 1)
     guards = [n for n in walk(loop) if isinstance(n, Guard)]
-    holds = {id(g): _over_tile(g.cond, ranges, True) for g in guards}
-    fails = {id(g): _over_tile(g.cond, ranges, False) for g in guards}
+    spans = tuple(ranges.items())
+    holds = {id(g): _over_tile(g.cond, spans, True) for g in guards}
+    fails = {id(g): _over_tile(g.cond, spans, False) for g in guards}
     # W: every guard holds, except one that fails where the others hold (the padding of
     # a packed copy: `if inside: copy` then `if not inside: 0`)
     terms = set()
@@ -219,11 +221,15 @@ def _flat(results):
     return [n for r in results for n in (r if isinstance(r, tuple) else (r,))]
 
 
-def _over_tile(cond, ranges, value):
-    """The conditions (a set of relations `e >= 0`, e an integer expression in the
+@functools.lru_cache(maxsize=4096)
+def _over_tile(cond, spans, value):
+    """The conditions (a frozenset of relations `e >= 0`, e an integer expression in the
     variables outside the tile) under which `cond` is `value` at every point of the
-    tile (its variables in `ranges`: var -> (first, last)), or None when `cond` is not a
-    conjunction (for True) or disjunction (for False) of affine relations in them."""
+    tile (its variables in `spans`: ((var, (first, last)), ...)), or None when `cond` is
+    not a conjunction (for True) or disjunction (for False) of affine relations in them.
+    Memoized: the same guards come back in each nest of a kernel's specializations (a
+    matmul's first compile asks 126 times, 72 of them distinct)."""
+    ranges = dict(spans)
     parts = (sp.And if value else sp.Or).make_args(cond)
     out = set()
     for r in parts:
@@ -249,7 +255,7 @@ def _over_tile(cond, ranges, value):
         # fails when -d - 1 >= 0 and d > 0 fails when -d >= 0
         e = (worst - 1 if strict else worst) if want else (-worst if strict else -worst - 1)
         out.add(at_least(sp.expand(e), 0))
-    return out
+    return frozenset(out)
 
 
 # ---------------------------------------------------------------- full tiles

@@ -288,7 +288,8 @@ def _auto_blocked(stage):
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
     # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
-    # only when a call has that many rows.
+    # only when a call has that many rows. A @ B.T instead: dot products by columns
+    # (_dots_by_columns), one specialization for all those row counts.
     few = _few_rows_cases(d, roles, rows, blocking.mr)
     # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the

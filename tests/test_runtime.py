@@ -267,6 +267,58 @@ def test_out_overlapping_an_input_gives_numpys_answer():
     np.testing.assert_array_equal(buf[1:], want)
 
 
+def test_out_in_any_view_of_the_inputs_memory_gives_numpys_answer():
+    """out= and the inputs as random views of one buffer (offsets, steps of either sign,
+    transposes, broadcast and empty views): the kernel's entry finds every overlap of an
+    output's bytes with an input's (STATUS_OVERLAP) and the call retries on copies, so
+    the result is numpy's on copies of the inputs, and no byte outside out= changes."""
+    g, t = gemm("float64"), transpose()
+    rng = np.random.default_rng(41)
+
+    def view(buf, shape):
+        """A random view of `buf` with `shape`, no two of its elements at one address
+        (None when none fits): axes in a random order, each step a multiple (1 or 2) of
+        the span of the axes inside it, either sign."""
+        steps, span = [0] * len(shape), int(rng.integers(1, 4))
+        for axis in rng.permutation(len(shape)):
+            steps[axis] = span * int(rng.choice([-1, 1]))
+            span *= max(shape[axis], 1) * int(rng.integers(1, 3))
+        need = sum((n - 1) * abs(st) for n, st in zip(shape, steps)) + 1
+        if need > buf.size:
+            return None
+        start = int(rng.integers(0, buf.size - need + 1))
+        offset = start + sum((n - 1) * abs(st) for n, st in zip(shape, steps) if st < 0)
+        return np.lib.stride_tricks.as_strided(
+            buf[offset:], shape, [st * buf.itemsize for st in steps])
+    checked = 0
+    for _ in range(300):
+        m, kk, n = (int(x) for x in rng.integers(0, 6, 3))
+        buf = rng.standard_normal(64)
+        a, b, out = view(buf, (m, kk)), view(buf, (kk, n)), view(buf, (m, n))
+        if rng.random() < 0.2 and b is not None and n > 0 and kk > 0:
+            b = np.broadcast_to(b[:1], (kk, n))              # a zero step
+        if a is None or b is None or out is None:
+            continue
+        out = np.lib.stride_tricks.as_strided(out, writeable=True)
+        want, before = a @ b, buf.copy()
+        assert g(a, b, out=out) is out
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+        mask = np.ones(buf.size, bool)
+        if out.size:
+            base = out.__array_interface__["data"][0] - buf.__array_interface__["data"][0]
+            for idx in np.ndindex(out.shape):
+                mask[(base + np.dot(idx, out.strides)) // buf.itemsize] = False
+        np.testing.assert_array_equal(buf[mask], before[mask])
+        x, o = view(buf, (m, m)), view(buf, (m, m))
+        if x is not None and o is not None:
+            o = np.lib.stride_tricks.as_strided(o, writeable=True)
+            want = x.T + 0.5
+            t(x, out=o)
+            np.testing.assert_array_equal(o, want)
+        checked += 1
+    assert checked > 100
+
+
 def test_non_contiguous_and_odd_outs():
     g = gemm()
     want = A32 @ B32

@@ -14,9 +14,11 @@ FAST = ("reassoc", "contract", "nsz")
 # NOMEM and TOO_LARGE (detail: 1 + the buffer's number in kernel_buffers), INTERRUPTED
 # (a Ctrl-C: tex_rt_interrupt was set), OUT_OF_BOUNDS (detail: the checked access),
 # DEFERRED (detail: the number of a choice among specializations that this build left
-# out and the call needs; returned before anything is computed: Python builds it, retries).
+# out and the call needs; returned before anything is computed: Python builds it, retries),
+# OVERLAP (an output's memory overlaps an input's: `out=` given one of the inputs or a
+# view of it; returned before anything is computed: Python retries on copies of them).
 STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
-    STATUS_OUT_OF_BOUNDS, STATUS_DEFERRED = range(7)
+    STATUS_OUT_OF_BOUNDS, STATUS_DEFERRED, STATUS_OVERLAP = range(8)
 STATUS_DETAIL_SHIFT = 8
 NTHREADS = sp.Symbol("tex_num_threads")   # the body's last argument: threads to use
 

@@ -452,6 +452,17 @@ def _make_caller(sig):
     L.append(f"            _status(_sig, _st, ({', '.join(argnames)}{',' if argnames else ''}), "
              f"({''.join(o + ', ' for o, _ in outs)}), ({params.lstrip(', ')}{',' if params else ''}))")
     L.append(f"        return {', '.join(o for o, _ in outs)}")
+    if len(outs) == 1:
+        # the common out=: one array of the output's dtype and shape, written in place
+        # (an overlap with an input is the kernel's STATUS_OVERLAP: _status copies)
+        (o, shape), = outs
+        ins = "".join(a + ", " for a in argnames)
+        L.append(f"    if out.__class__ is _ndarray and out.dtype is _odt0 and "
+                 f"out.shape == {shape} and out.flags.writeable:")
+        L.append(f"        _st = _cfunc({ins}out{params})")
+        L.append(f"        if _st: _status(_sig, _st, ({ins}), (out,), "
+                 f"({params.lstrip(', ')}{',' if params else ''}))")
+        L.append("        return out")
     shapes = "(" + "".join(s + ", " for _, s in outs) + ")"
     L.append(f"    _ins, _tgt, _fin = _prepare_out(_sig, out, {shapes}, "
              f"({', '.join(argnames)}{',' if argnames else ''}))")
@@ -587,10 +598,7 @@ def _prepare_out(sig, out, shapes, inputs):
             targets.append(np.empty(shape, d.dtype))
             finish.append(o)
             continue
-        for n, a in enumerate(inputs):
-            if np.may_share_memory(a, o):
-                inputs[n] = a.copy()          # as if the input had been copied first
-        targets.append(o)
+        targets.append(o)           # (sharing an input's memory: the kernel's STATUS_OVERLAP)
         finish.append(None)
     return inputs, targets, finish
 
@@ -614,6 +622,12 @@ def _status(sig, status, inputs, targets, params):
         raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
     if code == irtypes.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
         raise IndexError(_bounds_message(sig, detail))
+    if code == irtypes.STATUS_OVERLAP:
+        # out= shares memory with an input: as if the inputs had been copied first
+        ins = [np.array(a, copy=True) if any(np.may_share_memory(a, t) for t in targets)
+               else a for a in inputs]
+        st = sig.cfunc(*ins, *targets, *params)
+        return _status(sig, st, ins, targets, params) if st else None
     if code == irtypes.STATUS_DEFERRED:
         sig.build_choice(detail, inputs, params)
         st = sig.cfunc(*inputs, *targets, *params)

@@ -328,56 +328,65 @@ def _few_rows_cases(d, roles, rows, mr):
     it), for a plain product (no batch index) with a symbolic number of rows. One row
     no wider than its register tile comes first, with the tile kept for all of K
     (_auto_streamed_rows). A product that reads both operands along k (A @ B.T) gets
-    _dots_by_columns: for a constant number of rows below mr; for a symbolic one, as
-    its first case, where _dots_beat_the_stream (the streamed cases after it)."""
+    _dots_by_columns first, where _dots_beat_the_stream, for a symbolic number of rows
+    and for a constant one below mr alike (whose streamed case is then its own nest)."""
     red = d.reduction
     if not (not roles.batch and len(red.over) == 1 and d.indices and
             d.indices[-1] is roles.j and red.dtype.kind == "f"):
         return []
     j, k, others = d.indices[-1], red.over[0], list(d.indices[:-1])
-    one = sp.Eq(rows, 1, evaluate=False)
     along_k = _reads_both_along(d, k)
-    dots = functools.partial(_dots_by_columns, d=d, j=j, rows=others)
-    if along_k and not isinstance(rows, sp.Symbol):   # (the generic order read B per row)
-        few = less(rows, mr)
-        return [] if few is sp.false else [(few, dots)]
-    if not isinstance(rows, sp.Symbol):
+    symbolic = isinstance(rows, sp.Symbol)
+    if not symbolic and not (along_k and less(rows, mr) is sp.true):
         return []
+
+    def count(m):
+        return sp.Eq(rows, m, evaluate=False) if symbolic else sp.sympify(rows == m)
 
     def streamed(st, whole_row=False):
         _stream_rows_of_b(st, d, j, k, others, f"{d.name}_row_parts", whole_row)
-    cases = [(_dots_beat_the_stream(d, one, less(rows, mr)), dots)] if along_k else []
+    one = count(1)
+    cases = []
+    if along_k:
+        dots = functools.partial(_dots_by_columns, d=d, j=j, rows=others)
+        cases += [(c, dots) for c in _dots_beat_the_stream(d, one, less(rows, mr))
+                  if c is not sp.false]
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
     if narrow is not sp.false:
         cases.append((all_of(one, narrow), functools.partial(streamed, whole_row=True)))
     if narrow is not sp.true:
         cases.append((one, streamed))
-    return cases + [(sp.Eq(rows, m, evaluate=False), streamed) for m in range(2, mr)]
+    return cases + [(count(m), streamed) for m in range(2, mr)]
 
 
 DOT_MIN_VECTORS = 16    # K of at least this many vectors for _dots_by_columns (a symbolic M)
 
 
 def _dots_beat_the_stream(d, one, few):
-    """Where _dots_by_columns beats the streamed tile for A @ B.T with few rows (`few`,
-    `one`: conditions on the symbolic number of rows). One row from a vector's K on (the
-    one-row tile steps down B's columns with no other rows to share them; one thread,
-    Zen 5, float32 | float64: 1 x 4096 @ (4096 x 64).T 82 | 111 -> 24 | 38 us, numpy 12 |
-    28; x 16 20 | 23 -> 13 | 14; at K = 4 it lost, 7.8 | 8.4 -> 15 | 12). More rows from
-    DOT_MIN_VECTORS vectors on: a shorter dot product is mostly its horizontal sum, where
-    the tile vectorizes along the columns (a reviewer's find, float32: 5 x 4096 x 4 8.4
-    -> 57 us, x 16 21 -> 35; alike from K 64 on). float64 also keeps the tile while a
-    pass of it over B (STREAM_ROWS_ROLLED of B's rows, N x 128 bytes) fits L1, where it
-    beat the dot products on 1 and 2 threads (5 x 64 x 4000: 105 | 56 -> 123 | 103 us, 5
-    x 256 x 4000: 420 | 198 -> 487 | 242, 4 x 16 x 4000 on 2 threads 19 -> 23); float32's
-    dot products matched or beat it there."""
+    """(one row, more rows): where _dots_by_columns beats the streamed tile for A @ B.T
+    with few rows (`one`, `few`: conditions on the number of rows), each its own
+    specialization (one that fixes one row drops the rows' loop: 1 x 4096 @ (4096 x
+    4).T float64 with AVX2 code 9.8 -> 6.4 us). One row from half a vector's K on (and
+    4): the one-row tile steps down B's columns with no other rows to share them (one
+    thread, Zen 5, float32 | float64, tex us: 1 x 4096 @ (4096 x 16).T 19 | 22 -> 7.1 |
+    8.9, numpy 5.8 | 6.8; x 8 11 | 12.5 -> 6.8 | 7.1; float64 x 4 8.2 -> 6.4, AVX2 code
+    float32 | float64 x 4 8.7 | 8.3 -> 6.4 | 6.4) but at K = 4 with 16 lanes (7.6 -> 9.4)
+    and at K = 2 it lost. More rows from DOT_MIN_VECTORS vectors of K on: a shorter dot
+    product is mostly its horizontal sum, where the tile vectorizes along the columns (a
+    reviewer's find, float32: 5 x 4096 x 4 8.4 -> 57 us, x 16 21 -> 35; alike from K 64
+    on). float64 also keeps the tile while a pass of it over B (STREAM_ROWS_ROLLED of
+    B's rows, N x 128 bytes) fits L1, where it beat the dot products on 1 and 2 threads
+    (5 x 64 x 4000: 105 | 56 -> 123 | 103 us, 5 x 256 x 4000: 420 | 198 -> 487 | 242, 4
+    x 16 x 4000 on 2 threads 19 -> 23); float32's dot products matched or beat it
+    there."""
     dtype = np.dtype(d.reduction.dtype)
     lanes, reduction = target().lanes(dtype), d.extents[d.reduction.over[0]]
     cond = all_of(few, at_least(reduction, DOT_MIN_VECTORS * lanes))
     if dtype.itemsize >= 8:
         pass_fits = target().cache(1, 32 << 10) // (STREAM_ROWS_ROLLED * dtype.itemsize)
         cond = all_of(cond, at_least(d.extents[d.indices[-1]], pass_fits + 1))
-    return any_of(all_of(one, at_least(reduction, lanes)), cond)
+    one_row = all_of(one, at_least(reduction, max(4, lanes // 2)))
+    return (one_row, sp.false) if one is sp.true else (one_row, cond)
 
 
 def _reads_both_along(d, k):

@@ -438,9 +438,9 @@ def test_one_row_keeps_dot_products_where_the_row_tile_would_not_read_along_b():
 @pytest.mark.parametrize("cpu", [None, "haswell"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_few_rows_times_b_transposed_run_dot_products_by_columns(cpu, dtype):
-    """x @ W.T with one row (tex.einsum's, or a symbolic M's from a vector's K on) or
-    fewer rows than the register tile where K is at least DOT_MIN_VECTORS vectors (and,
-    for float64, N past the streamed tile's L1 pass): a dot product per element, the
+    """x @ W.T with one row (tex.einsum's, or a symbolic M's, from half a vector's K on)
+    or fewer rows than the register tile where K is at least DOT_MIN_VECTORS vectors
+    (and, for float64, N past the streamed tile's L1 pass): a dot product per element, the
     columns outermost and parallel and k innermost, so each row of B is read once for
     every row of A (the streamed row tile stepped down B's columns: 5 x 512 @ (4096 x
     512).T 5x slower); the rest keeps the streamed tile. Row counts below, at and above
@@ -454,25 +454,26 @@ def test_few_rows_times_b_transposed_run_dot_products_by_columns(cpu, dtype):
                                             over=k))
     one = tex.compute("C", (i, j), tex.sum(tex.tensor("A", (1, K), dtype)[i, k] * Bt[j, k],
                                            over=k))
-    long_k = DOT_MIN_VECTORS * t.lanes(dtype)
+    lanes = t.lanes(dtype)
+    one_k, long_k = max(4, lanes // 2), DOT_MIN_VECTORS * lanes
     wide = r" & \(N >= \d+\)" if dtype == "float64" else ""
     fs = []
-    lanes = t.lanes(dtype)
-    one_row = rf"(?:Eq\(M, 1\) & \(K >= {lanes}\)|\(K >= {lanes}\) & Eq\(M, 1\))"
-    for program, case in [(a_bt, rf"(?<!~)\(\({one_row}\) \| "
-                                 rf"\(\(K >= {long_k}\){wide} & \(M < (\d+)\)\)\)"),
-                          (one, r"^N >= \d+:")]:
+    for program, cases in [(a_bt, [rf"Eq\(M, 1\) & \(K >= {one_k}\) ",
+                                   rf"\(K >= {long_k}\){wide} & \(M < (\d+)\) "]),
+                           (one, [rf"\(K >= {one_k}\) & \(N >= \d+\):"])]:
         with targets.overriding(t):
             text = str(tex.schedule(program).auto())
             fs.append(tex.compile(program))
-        blocks = [b for b in re.split(r"^if ", text, flags=re.M)
-                  if re.search(case, b.split("\n")[0])]
-        assert len(blocks) == 1, text
-        (jd, _), (idp, _), (kd, _) = (_depth(blocks[0], x) for x in "jik")
-        assert jd < idp < kd and re.search(r"for j\w* in .*# parallel", blocks[0]), text
+        for case in cases:
+            blocks = [b for b in re.split(r"^if ", text, flags=re.M) if re.match(case, b)]
+            assert len(blocks) == 1, text
+            (jd, _), (idp, _), (kd, _) = (_depth(blocks[0], x) for x in "jik")
+            assert jd < idp < kd and re.search(r"for j\w* in .*# parallel", blocks[0]), text
         if program is a_bt:
-            mr = int(re.search(case, blocks[0]).group(1))
-            assert re.search(r"^if Eq\(M, 2\)", text, flags=re.M), text   # the streamed tile
+            mr = int(re.match(cases[1], blocks[0]).group(1))
+            # the streamed tile for the rest: one row's short K, more rows' from two on
+            assert re.search(r"^if Eq\(M, 1\) & ~", text, flags=re.M), text
+            assert re.search(r"^if Eq\(M, 2\)", text, flags=re.M), text
     rng = np.random.default_rng(31)
     before = tex.get_num_threads()
     try:
@@ -480,7 +481,7 @@ def test_few_rows_times_b_transposed_run_dot_products_by_columns(cpu, dtype):
             tex.set_num_threads(threads)
             for m in sorted({1, 2, mr - 1, mr, mr + 1}):
                 for n in (1, 7, 63, 65, 400):
-                    for kk in (1, 7, long_k - 1, long_k, 1000):
+                    for kk in sorted({1, 7, one_k - 1, one_k, long_k - 1, long_k, 1000}):
                         a = rng.standard_normal((kk, m)).astype(dtype).T   # along k: strided
                         wide_b = rng.standard_normal((n, 2 * kk)).astype(dtype)
                         for b in (wide_b[:, :kk], wide_b[:, 1::2]):

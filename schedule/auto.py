@@ -30,7 +30,7 @@ from tex.errors import ScheduleError
 from tex.expr import (Access, AutoParts, all_of, any_of, at_least, less, negation,
                       walk as walk_expr)
 
-from .order import _unit_stride_score, prefers_reduction_outside
+from .order import prefers_reduction_outside, unit_stride_score
 from .strategies import accumulator_span, reduction_strategy
 from .target import target
 
@@ -288,8 +288,8 @@ def _auto_blocked(stage):
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
     # Zen 5: 4.9 -> 1.7 ms, numpy 3.5; 5 rows 7.3 -> 2.5 ms, numpy 4.4: the generic
     # order read B once per row; an AVX2 target: 1.3-1.7x numpy). Each is built
-    # only when a call has that many rows. A @ B.T instead: dot products by columns
-    # (_dots_by_columns), one specialization for all those row counts.
+    # only when a call has that many rows. A @ B.T: dot products by columns first,
+    # where they beat the tile (_dots_beat_the_stream).
     few = _few_rows_cases(d, roles, rows, blocking.mr)
     # one row of A from ONE_ROW_DOT_COLUMNS columns on: the one-row tile of
     # _auto_streamed_rows (or of _few_rows_cases) instead, its columns masked, where the
@@ -359,7 +359,7 @@ def _few_rows_cases(d, roles, rows, mr):
     return cases + [(count(m), streamed) for m in range(2, mr)]
 
 
-DOT_MIN_VECTORS = 16    # K of at least this many vectors for _dots_by_columns (a symbolic M)
+DOT_MIN_VECTORS = 16    # K of at least this many vectors for _dots_by_columns (2+ rows)
 
 
 def _dots_beat_the_stream(d, one, few):
@@ -393,7 +393,7 @@ def _reads_both_along(d, k):
     """Whether every read of the sum has k in its last dimension with step one (A[i, k]
     B[j, k]: dot products read both operands contiguously)."""
     reads = [n for n in walk_expr(d.reduction.body) if isinstance(n, Access)]
-    return bool(reads) and _unit_stride_score(reads, k) == len(reads)
+    return bool(reads) and unit_stride_score(reads, k) == len(reads)
 
 
 def _dots_by_columns(st, d, j, rows):
@@ -406,9 +406,7 @@ def _dots_by_columns(st, d, j, rows):
     406 | 3350 -> 930 us, numpy 580 | 1120; 1 x 1000 @ (1000 x 1000).T 278 -> 44 | 322
     -> 96, numpy 40 | 93; AVX2 code 1 x 512 @ (4096 x 512).T 1255 -> 97, numpy 92),
     and the rows outermost read B once per row (5 x 1000 @ (1000 x 1000).T 240 -> 159
-    | 441 -> 384 us). Left: float64 with few columns and a long K on two threads, where
-    the streamed tile split K among the threads and this nest is below the work that
-    wakes them (3 x 64 x 4000: 44-57 -> 77-80 us, numpy 68)."""
+    | 441 -> 384 us)."""
     st.reorder(j, *rows, d.reduction.over[0])
     st.parallel(j)
 

@@ -6,7 +6,7 @@ import sympy as sp
 from tex.expr import Access, affine_terms, walk as walk_expr
 
 
-def _unit_stride_score(accesses, index):
+def unit_stride_score(accesses, index):
     """How many of `accesses` have `index` in their last dimension with step one."""
     score = 0
     for node in accesses:
@@ -30,4 +30,4 @@ def prefers_reduction_outside(defn):
         return any(x in sp.sympify(ix).free_symbols for ix in node.index)
     both = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
             uses(n, last) and uses(n, reduced)]
-    return _unit_stride_score(both, last) > _unit_stride_score(both, reduced)
+    return unit_stride_score(both, last) > unit_stride_score(both, reduced)

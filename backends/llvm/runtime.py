@@ -624,8 +624,9 @@ def _status(sig, status, inputs, targets, params):
         raise IndexError(_bounds_message(sig, detail))
     if code == irtypes.STATUS_OVERLAP:
         # out= shares memory with an input: as if the inputs had been copied first
-        ins = [np.array(a, copy=True) if any(np.may_share_memory(a, t) for t in targets)
-               else a for a in inputs]
+        shared = [any(np.may_share_memory(a, t) for t in targets) for a in inputs]
+        shared = shared if any(shared) else [True] * len(inputs)   # (numpy saw none: all)
+        ins = [np.array(a, copy=True) if s else a for a, s in zip(inputs, shared)]
         st = sig.cfunc(*ins, *targets, *params)
         return _status(sig, st, ins, targets, params) if st else None
     if code == irtypes.STATUS_DEFERRED:

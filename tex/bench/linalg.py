@@ -190,6 +190,34 @@ def matvec_narrow_1x4000x32(opts):
     return _matmul(opts, 1, 4000, 32, max_repeat=5)
 
 
+def _linear(opts, m, k, n, max_repeat=None):
+    """A linear layer's x @ W.T, C[i, j] = sum_k X[i, k] W[j, k] with a symbolic number
+    of rows (both operands read along k), float32, vs x @ w.T."""
+    M, N, K = tex.sizes("M N K")
+    i, j, kk = tex.indices("i j k")
+    X, W = tex.tensor("X", (M, K), "float32"), tex.tensor("W", (N, K), "float32")
+    rng = _rng()
+    x, w = _operand(rng, (m, k), "float32"), _operand(rng, (n, k), "float32")
+    f = tex.compile(tex.compute("C", (i, j), tex.sum(X[i, kk] * W[j, kk], over=kk)))
+    result = compare(partial(f, x, w), {"x @ w.T": lambda: x @ w.T},
+                     _matmul_options(opts, max_repeat), unit="GFLOP/s", work=2 * m * n * k)
+    return peak_notes(result, "float32")
+
+
+@workload
+def linear_1x1024x1024(opts):
+    """One row through a linear layer, x @ W.T with x 1x1024 and W 1024x1024 float32 (dot
+    products by columns: each row of W read once), vs x @ w.T."""
+    return _linear(opts, 1, 1024, 1024, max_repeat=5)
+
+
+@workload
+def linear_5x512x4096(opts):
+    """Five rows through a linear layer, x @ W.T with x 5x512 and W 4096x512 float32, vs
+    x @ w.T."""
+    return _linear(opts, 5, 512, 4096, max_repeat=5)
+
+
 @workload
 def threads_scale_scaled_add_64mib(opts):
     """y = 2*x + 1 over 64 MiB of float32 (a parallel elementwise kernel, into its own

@@ -72,10 +72,13 @@ def emit_entry(module, name, kernel, body_fn):
     b.position_at_end(bad)
     b.ret(ir.Constant(I32, STATUS_MISALIGNED))
     b.position_at_end(aligned)
-    n_in, overlap = len(kernel.inputs), ir.Constant(I1, 0)
+    n_in, overlap = len(kernel.inputs), None
     for out in spans[n_in:]:
         for inp in spans[:n_in]:
-            overlap = b.or_(overlap, _overlaps(b, out, inp))
+            pair = _overlaps(b, out, inp)
+            overlap = pair if overlap is None else b.or_(overlap, pair)
+    if overlap is None:                                  # (no inputs)
+        overlap = ir.Constant(I1, 0)
     good, shared = fn.append_basic_block("call"), fn.append_basic_block("overlap")
     b.cbranch(overlap, shared, good)
     b.position_at_end(shared)
@@ -86,12 +89,14 @@ def emit_entry(module, name, kernel, body_fn):
 
 
 def _byte_span(b, addr, extents, byte_strides, itemsize):
-    """(first byte, one past the last byte, whether any element) of an array view: each
-    axis moves the span by (n - 1) * stride, down for a negative stride."""
-    lo, hi, nonempty = addr, b.add(addr, ir.Constant(I64, itemsize)), ir.Constant(I1, 1)
+    """(first byte, one past the last byte, whether any element: None for a 0-d array)
+    of an array view: each axis moves the span by (n - 1) * stride, down for a negative
+    stride."""
+    lo, hi, nonempty = addr, b.add(addr, ir.Constant(I64, itemsize)), None
     zero = ir.Constant(I64, 0)
     for n, st in zip(extents, byte_strides):
-        nonempty = b.and_(nonempty, b.icmp_signed(">", n, zero))
+        some = b.icmp_signed(">", n, zero)
+        nonempty = some if nonempty is None else b.and_(nonempty, some)
         reach = b.mul(b.sub(n, ir.Constant(I64, 1)), st)
         down = b.icmp_signed("<", reach, zero)
         lo = b.add(lo, b.select(down, reach, zero))
@@ -100,7 +105,10 @@ def _byte_span(b, addr, extents, byte_strides, itemsize):
 
 
 def _overlaps(b, one, other):
-    """Whether two byte spans share a byte (neither empty)."""
+    """Whether two byte spans share a byte (neither empty; None: a 0-d array's one)."""
     (lo1, hi1, any1), (lo2, hi2, any2) = one, other
     meet = b.and_(b.icmp_unsigned("<", lo1, hi2), b.icmp_unsigned("<", lo2, hi1))
-    return b.and_(meet, b.and_(any1, any2))
+    for nonempty in (any1, any2):
+        if nonempty is not None:
+            meet = b.and_(meet, nonempty)
+    return meet

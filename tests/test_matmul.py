@@ -469,8 +469,9 @@ def test_few_rows_times_b_transposed_run_dot_products_by_columns(cpu, dtype):
             assert len(blocks) == 1, text
             (jd, _), (idp, _), (kd, _) = (_depth(blocks[0], x) for x in "jik")
             assert jd < idp < kd and re.search(r"for j\w* in .*# parallel", blocks[0]), text
+            rows_bound = re.match(case, blocks[0])
         if program is a_bt:
-            mr = int(re.match(cases[1], blocks[0]).group(1))
+            mr = int(rows_bound.group(1))                   # (the second case's M < MR)
             # the streamed tile for the rest: one row's short K, more rows' from two on
             assert re.search(r"^if Eq\(M, 1\) & ~", text, flags=re.M), text
             assert re.search(r"^if Eq\(M, 2\)", text, flags=re.M), text

@@ -577,7 +577,6 @@ def _prepare_out(sig, out, shapes, inputs):
     if len(outs) != len(shapes):
         raise ValueError(f"out= needs {len(shapes)} arrays, got {len(outs)}")
     targets, finish = [], []
-    inputs = list(inputs)
     names = [d.name for d in sig.program.outputs]
     for n, o in enumerate(outs):
         for m in range(n):

@@ -12,6 +12,17 @@ from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
 # tens of microseconds, as much as ~1M vectorized iterations of a light loop body; a
 # kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
 PARALLEL_MIN_WORK = 1 << 20
+# ... unless a worker is still awake, spinning after the last region (threads.py's
+# SPIN_TICKS), or the last region of middling work was moments ago (calls in a loop:
+# tex_rt_team_pays): then a team costs little, and from this much work on two threads
+# beat one (2 cores, Zen 5,
+# calls in a loop: a 512 x 512 add 33 -> 18 us, one row times a 1000 x 1000 matrix
+# transposed 46 -> 27 us; a call after a pause, workers asleep, runs on one thread as before)
+PARALLEL_MIN_WORK_AWAKE = 1 << 17
+# ... when those iterations stream at least this many bytes of arrays: a team lost on
+# small contractions, whose iterations are register-tile FMAs over data in L1 (64^3:
+# 5 -> 9 us; three 64 x 64 operands 11 -> 17 us) and on a 400 x 400 outer product (7 -> 10 us)
+MIDDLING_MIN_BYTES = 1 << 20
 CHUNKS_PER_THREAD = 8       # a parallel loop's iterations are dealt in this many chunks a thread
 
 
@@ -48,8 +59,7 @@ class ParallelMixin:
         threads = self.env[NTHREADS]
         # a team pays only for enough work spread over at least two iterations; otherwise
         # the loop runs on this thread and a parallel loop nested in it gets the team
-        big = b.and_(b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK)),
-                     b.icmp_signed(">", extent, ir.Constant(I64, 1)))
+        big = b.and_(self._team_pays(work, loop), b.icmp_signed(">", extent, ir.Constant(I64, 1)))
         team = b.select(big, threads, ir.Constant(I64, 1))
         pool = self._extern("tex_rt_parallel", ir.VoidType(), [PTR, PTR, I64])
         b.call(pool, [fn, ctx, team])
@@ -62,6 +72,46 @@ class ParallelMixin:
         b.store(code, self.status)           # a thread's failure is the kernel's
         b.branch(self.fail_block)
         b.position_at_end(ok)
+
+    def _team_pays(self, work, loop):
+        """i1: PARALLEL_MIN_WORK iterations; or PARALLEL_MIN_WORK_AWAKE over at least
+        MIDDLING_MIN_BYTES of the kernel's arrays while the workers are awake
+        (tex_rt_team_pays, asked only then)."""
+        b = self.b
+        if isinstance(work, ir.Constant) and not PARALLEL_MIN_WORK_AWAKE <= work.constant \
+                < PARALLEL_MIN_WORK:
+            return ir.Constant(ir.IntType(1), int(work.constant >= PARALLEL_MIN_WORK))
+        large = b.icmp_signed(">=", work, ir.Constant(I64, PARALLEL_MIN_WORK))
+        middling = b.and_(b.not_(large), b.icmp_signed(">=", work,
+                                                       ir.Constant(I64, PARALLEL_MIN_WORK_AWAKE)))
+        before = b.block
+        weigh = b.dominated(self.fn.append_basic_block("par.weigh"))
+        join = b.dominated(self.fn.append_basic_block("par.asked"), by=before)
+        b.cbranch(middling, weigh, join)
+        b.position_at_end(weigh)
+        streams = b.icmp_signed(">=", self._array_bytes(loop), ir.Constant(I64, MIDDLING_MIN_BYTES))
+        ask = b.dominated(self.fn.append_basic_block("par.ask"))
+        b.cbranch(streams, ask, join)
+        b.position_at_end(ask)
+        pays = b.call(self._extern("tex_rt_team_pays", I32, []), [])
+        answer = b.icmp_signed("!=", pays, ir.Constant(I32, 0))
+        b.branch(join)
+        b.position_at_end(join)
+        out = b.phi(ir.IntType(1))
+        out.add_incoming(large, before)
+        out.add_incoming(ir.Constant(ir.IntType(1), 0), weigh)
+        out.add_incoming(answer, ask)
+        return out
+
+    def _array_bytes(self, loop):
+        """i64: the bytes of the kernel's inputs and outputs that `loop` reads or writes
+        (whole arrays: a measure of the memory a region streams, not of its footprint)."""
+        total = ir.Constant(I64, 0)
+        for buf in buffers_of(loop):
+            if buf.scope in (Scope.INPUT, Scope.OUTPUT):
+                size = self.index(sp.Mul(*buf.shape) * buf.dtype.itemsize)
+                total = self.b.add(total, size)
+        return total
 
     def _iterations(self, node, at_zero):
         """Statements `node` executes, as an i64: nested loops multiply, sibling loops

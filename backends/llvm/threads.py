@@ -29,6 +29,12 @@ oversized team kills the process. This pool is small enough to own:
                                         poll, and Python still sees the signal.
     tex_rt_interrupt                    the flag (i32): each kernel clears it on entry
                                         and its outer loops check it.
+    tex_rt_team_pays()                  1 if a team pays for a region of middling work
+                                        (parallel.py): a worker is awake, spinning
+                                        after the last region, or the last such region
+                                        was asked for within SPIN_TICKS (calls in a
+                                        loop: this one wakes the workers, the next
+                                        finds them awake); never while crowded.
     tex_rt_take(n), tex_rt_give(p)      kernels' temporaries, kept between calls
                                         (pool.py).
 
@@ -61,6 +67,7 @@ import ctypes
 import os
 import threading
 
+from .placement import PLACEMENT_IR
 from .pool import POOL_IR
 
 MAX_WORKERS = 255           # worker threads at most: tex.set_num_threads allows 256
@@ -86,7 +93,7 @@ MASK_BITS = 1024
 # libc's business: SA_RESTORER is filled in by glibc)
 SA_KEEP = 0x08000000 | 0x10000000 | 0x40000000      # SA_ONSTACK | SA_RESTART | SA_NODEFER
 
-RUNTIME_IR = r"""
+RUNTIME_IR = (r"""
 %sigaction = type {{ ptr, [16 x i64], i32, ptr }}
 
 @tex_rt_lock = internal global [64 x i8] zeroinitializer, align 64
@@ -99,6 +106,8 @@ RUNTIME_IR = r"""
 @tex_rt_active = internal global i64 0
 @tex_rt_open = internal global i64 0
 @tex_rt_workers = internal global i64 0
+@tex_rt_spinning = internal global i64 0, align 64
+@tex_rt_last_ask = internal global i64 0, align 64
 @tex_rt_busy = internal global i32 0
 @tex_rt_interrupt = global i32 0
 @tex_rt_previous = internal global %sigaction zeroinitializer
@@ -107,6 +116,7 @@ RUNTIME_IR = r"""
 @tex_rt_home = internal global i64 -1
 @tex_rt_ncpus = global i64 0
 @tex_rt_hops = global i64 0
+@tex_rt_teams = global i64 0
 @tex_rt_crowded_until = internal global i64 0
 @tex_rt_crowdings = global i64 0
 @tex_rt_rescues = global i64 0
@@ -151,23 +161,29 @@ entry:
 idle:
   %t0 = call i64 @llvm.readcyclecounter()
   %crowded = call i1 @tex_rt_crowded(i64 %t0)
-  br i1 %crowded, label %locked, label %spin
+  br i1 %crowded, label %locked, label %spin.begin
+spin.begin:
+  atomicrmw add ptr @tex_rt_spinning, i64 1 monotonic
+  br label %spin
 spin:
-  %prev = phi i64 [ %t0, %idle ], [ %now, %spin.pause ]
+  %prev = phi i64 [ %t0, %spin.begin ], [ %now, %spin.pause ]
   %now = call i64 @llvm.readcyclecounter()
   %robbed = call i1 @tex_rt_robbed(i64 %prev, i64 %now)
   %g = load atomic i64, ptr @tex_rt_generation monotonic, align 8
   %s = load i64, ptr %seen
   %news = icmp ne i64 %g, %s
-  br i1 %news, label %locked, label %spin.time
+  br i1 %news, label %spin.end, label %spin.time
 spin.time:
   %spent = sub i64 %now, %t0
   %long = icmp ugt i64 %spent, {spin_ticks}
   %stop = or i1 %long, %robbed
-  br i1 %stop, label %locked, label %spin.pause
+  br i1 %stop, label %spin.end, label %spin.pause
 spin.pause:
   call void @llvm.x86.sse2.pause()
   br label %spin
+spin.end:
+  atomicrmw sub ptr @tex_rt_spinning, i64 1 monotonic
+  br label %locked
 locked:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
   br label %wait
@@ -226,139 +242,6 @@ unpin:
   br label %idle
 }}
 
-; moves the calling worker to the CPU `id` places after `home` (the caller's CPU) in
-; the process's CPU list, if it runs elsewhere: pinned there, which migrates it, then
-; free again (pinned, it could not leave a core that a spinning thread shares with it
-; when the caller's core goes idle at the join)
-define internal void @tex_rt_place(i64 %id, i64 %home) {{
-entry:
-  %mask = alloca [{mask_words} x i64]
-  %n = load i64, ptr @tex_rt_ncpus
-  %i = call i64 @tex_rt_cpu_slot(i64 %home)
-  %missing = icmp slt i64 %i, 0
-  ; home is not among the CPUs listed at load (the affinity changed since)
-  br i1 %missing, label %stay, label %found
-found:
-  %slot = add i64 %i, %id
-  %wrapped = urem i64 %slot, %n
-  %tp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %wrapped
-  %target = load i32, ptr %tp
-  %now = call i32 @sched_getcpu()
-  %there = icmp eq i32 %now, %target
-  br i1 %there, label %stay, label %hop
-stay:
-  ret void
-hop:
-  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
-  %target64 = sext i32 %target to i64
-  call void @tex_rt_mask_set(ptr %mask, i64 %target64)
-  call i32 @sched_setaffinity(i32 0, i64 {mask_bytes}, ptr %mask)
-  call void @tex_rt_free_self()
-  %hops = atomicrmw add ptr @tex_rt_hops, i64 1 monotonic
-  ret void
-}}
-
-; the position of `cpu` in the CPU list read at load, or -1
-define internal i64 @tex_rt_cpu_slot(i64 %cpu) {{
-entry:
-  %n = load i64, ptr @tex_rt_ncpus
-  br label %find
-find:
-  %i = phi i64 [ 0, %entry ], [ %i.next, %find.next ]
-  %more = icmp slt i64 %i, %n
-  br i1 %more, label %find.body, label %missing
-find.body:
-  %cp = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %i
-  %c = load i32, ptr %cp
-  %c64 = sext i32 %c to i64
-  %hit = icmp eq i64 %c64, %cpu
-  br i1 %hit, label %found, label %find.next
-find.next:
-  %i.next = add i64 %i, 1
-  br label %find
-missing:
-  ret i64 -1
-found:
-  ret i64 %i
-}}
-
-; lets the calling thread run on every CPU of the process's list again
-define internal void @tex_rt_free_self() {{
-entry:
-  %mask = alloca [{mask_words} x i64]
-  %n = load i64, ptr @tex_rt_ncpus
-  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
-  br label %all
-all:
-  %k = phi i64 [ 0, %entry ], [ %k.next, %all.body ]
-  %again = icmp slt i64 %k, %n
-  br i1 %again, label %all.body, label %free
-all.body:
-  %ap = getelementptr [{slots} x i32], ptr @tex_rt_cpus, i64 0, i64 %k
-  %a = load i32, ptr %ap
-  %a64 = sext i32 %a to i64
-  call void @tex_rt_mask_set(ptr %mask, i64 %a64)
-  %k.next = add i64 %k, 1
-  br label %all
-free:
-  call i32 @sched_setaffinity(i32 0, i64 {mask_bytes}, ptr %mask)
-  ret void
-}}
-
-; with the lock held, at a join that waits: moves the first member of the team still in
-; its share of the region to the caller's CPU, which the caller is about to leave idle
-; (the scheduler would not move a thread that ran a moment ago: it keeps it waiting
-; behind whatever took its CPU, for the rest of that thread's time slice); the worker
-; frees itself when done
-define internal void @tex_rt_rescue(i64 %team) {{
-entry:
-  %mask = alloca [{mask_words} x i64]
-  %home = load i64, ptr @tex_rt_home
-  %placed = icmp sge i64 %home, 0
-  br i1 %placed, label %where, label %done
-where:
-  ; the CPU the caller runs on now (it may have moved since the region opened), if it
-  ; is among those listed at load (else the worker could not be freed to them)
-  %cpu32 = call i32 @sched_getcpu()
-  %cpu = sext i32 %cpu32 to i64
-  %slot = call i64 @tex_rt_cpu_slot(i64 %cpu)
-  %listed = icmp sge i64 %slot, 0
-  br i1 %listed, label %scan, label %done
-scan:
-  %id = phi i64 [ 1, %where ], [ %id.next, %next ]
-  %more = icmp slt i64 %id, %team
-  br i1 %more, label %look, label %done
-look:
-  %wp = getelementptr i32, ptr @tex_rt_working, i64 %id
-  %w = load i32, ptr %wp
-  %rp = getelementptr i32, ptr @tex_rt_rescued, i64 %id
-  %r = load i32, ptr %rp
-  %tp = getelementptr i64, ptr @tex_rt_tids, i64 %id
-  %tid = load i64, ptr %tp
-  %busy = icmp ne i32 %w, 0
-  %fresh = icmp eq i32 %r, 0
-  %known = icmp sgt i64 %tid, 0
-  %candidate.1 = and i1 %busy, %fresh
-  %candidate = and i1 %candidate.1, %known
-  br i1 %candidate, label %move, label %next
-next:
-  %id.next = add i64 %id, 1
-  br label %scan
-move:
-  call void @llvm.memset.p0.i64(ptr %mask, i8 0, i64 {mask_bytes}, i1 false)
-  call void @tex_rt_mask_set(ptr %mask, i64 %cpu)
-  %tid32 = trunc i64 %tid to i32
-  %err = call i32 @sched_setaffinity(i32 %tid32, i64 {mask_bytes}, ptr %mask)
-  %moved = icmp eq i32 %err, 0
-  br i1 %moved, label %mark, label %done
-mark:
-  store i32 1, ptr %rp
-  atomicrmw add ptr @tex_rt_rescues, i64 1 monotonic
-  br label %done
-done:
-  ret void
-}}
-
 ; a thread that lost its CPU for a while between two of its reads of the clock (more
 ; than GAP_TICKS from %prev to %now) shares the CPU with a thread that wants it: the
 ; CPUs are crowded for the next CROWDED_TICKS
@@ -383,6 +266,24 @@ entry:
   ret i1 %crowded
 }}
 
+; for a parallel region of middling work: is a worker awake, or was the last such
+; region asked for moments ago (the module docstring's tex_rt_team_pays)?
+define i32 @tex_rt_team_pays() {{
+entry:
+  %now = call i64 @llvm.readcyclecounter()
+  %last = atomicrmw xchg ptr @tex_rt_last_ask, i64 %now monotonic
+  %crowded = call i1 @tex_rt_crowded(i64 %now)
+  %spinning = load atomic i64, ptr @tex_rt_spinning monotonic, align 8
+  %awake = icmp sgt i64 %spinning, 0
+  %since = sub i64 %now, %last
+  %recent = icmp ult i64 %since, {spin_ticks}
+  %either = or i1 %awake, %recent
+  %calm = xor i1 %crowded, true
+  %pays = and i1 %either, %calm
+  %flag = zext i1 %pays to i32
+  ret i32 %flag
+}}
+
 ; for a call path choosing its parallel plan: 1 while the CPUs are crowded
 define i32 @tex_rt_is_crowded() {{
 entry:
@@ -390,23 +291,6 @@ entry:
   %crowded = call i1 @tex_rt_crowded(i64 %now)
   %flag = zext i1 %crowded to i32
   ret i32 %flag
-}}
-
-define internal void @tex_rt_mask_set(ptr %mask, i64 %cpu) {{
-entry:
-  %fits = icmp ult i64 %cpu, {mask_bits}
-  br i1 %fits, label %set, label %done
-set:
-  %word = lshr i64 %cpu, 6
-  %bit = and i64 %cpu, 63
-  %wp = getelementptr i64, ptr %mask, i64 %word
-  %w = load i64, ptr %wp
-  %one = shl i64 1, %bit
-  %w2 = or i64 %w, %one
-  store i64 %w2, ptr %wp
-  br label %done
-done:
-  ret void
 }}
 
 define void @tex_rt_parallel(ptr %fn, ptr %ctx, i64 %threads) {{
@@ -423,6 +307,9 @@ alone:
   ret void
 locked:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
+  %teams = load i64, ptr @tex_rt_teams
+  %teams.1 = add i64 %teams, 1
+  store i64 %teams.1, ptr @tex_rt_teams
   %helpers = sub i64 %threads, 1
   %cap = icmp slt i64 %helpers, {max_workers}
   %want = select i1 %cap, i64 %helpers, i64 {max_workers}
@@ -541,6 +428,7 @@ entry:
   call i32 @pthread_cond_init(ptr @tex_rt_wake, ptr null)
   call i32 @pthread_cond_init(ptr @tex_rt_done, ptr null)
   store i64 0, ptr @tex_rt_workers
+  store i64 0, ptr @tex_rt_spinning
   store i64 0, ptr @tex_rt_active
   store i64 0, ptr @tex_rt_open
   store i64 0, ptr @tex_rt_team
@@ -601,13 +489,15 @@ install:
 done:
   ret void
 }}
-""".format(slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO,
-           sa_keep=SA_KEEP, spin_ticks=SPIN_TICKS, gap_ticks=GAP_TICKS, sys_gettid=SYS_GETTID,
-           tid_bytes=8 * (MAX_WORKERS + 1), flag_bytes=4 * (MAX_WORKERS + 1),
-           crowded_ticks=CROWDED_TICKS, mask_words=MASK_BITS // 64,
-           mask_bytes=MASK_BITS // 8, mask_bits=MASK_BITS) + POOL_IR
+""" + PLACEMENT_IR).format(
+    slots=MAX_WORKERS + 1, max_workers=MAX_WORKERS, sa_siginfo=SA_SIGINFO, sa_keep=SA_KEEP,
+    spin_ticks=SPIN_TICKS, gap_ticks=GAP_TICKS, sys_gettid=SYS_GETTID,
+    tid_bytes=8 * (MAX_WORKERS + 1), flag_bytes=4 * (MAX_WORKERS + 1),
+    crowded_ticks=CROWDED_TICKS, mask_words=MASK_BITS // 64, mask_bytes=MASK_BITS // 8,
+    mask_bits=MASK_BITS) + POOL_IR
 
-EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm", "tex_rt_take", "tex_rt_give")
+EXPORTS = ("tex_rt_parallel", "tex_rt_reset", "tex_rt_arm", "tex_rt_take", "tex_rt_give",
+           "tex_rt_team_pays")
 
 
 class Runtime:
@@ -623,6 +513,8 @@ class Runtime:
         self.ncpus = ctypes.c_int64.from_address(image.address("tex_rt_ncpus"))
         # how many times a worker moved off its caller's CPU (a count for tests)
         self.hops = ctypes.c_int64.from_address(image.address("tex_rt_hops"))
+        # how many regions were opened to a team (a count for tests)
+        self.teams = ctypes.c_int64.from_address(image.address("tex_rt_teams"))
         # how many times a thread found the CPUs crowded (a count for tests)
         self.crowdings = ctypes.c_int64.from_address(image.address("tex_rt_crowdings"))
         # how many times a caller moved a worker it waited for to its own CPU

@@ -488,10 +488,10 @@ import ctypes, time, numpy as np, tex
 from tex.backends.llvm import threads
 tex.set_num_threads(2)
 rt = threads.runtime()
-pays = ctypes.CFUNCTYPE(ctypes.c_int32)(rt.addresses["tex_rt_team_pays"])
-first, again = pays(), pays()
+pays = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64)(rt.addresses["tex_rt_team_pays"])
+asks = [pays(2) for _ in range(3)] + [pays(rt.allowed.value + 1)]   # (no worker yet)
 time.sleep(0.05)
-later = pays()
+later = pays(2)
 rng = np.random.default_rng(0)
 # 512 x 512: 2^18 iterations (under PARALLEL_MIN_WORK) over 3 MiB of arrays
 a, b = (rng.standard_normal((512, 512)).astype(np.float32) for _ in range(2))
@@ -506,7 +506,7 @@ for _ in range(5):                  # calls far apart: each on the caller alone
 apart = rt.teams.value - teams
 deadline = time.monotonic() + 60    # (a loaded machine may hold this thread between calls)
 while rt.teams.value == teams + apart and time.monotonic() < deadline:
-    outs = [tex.einsum("ij,ij->ij", a, b) for _ in range(3)]    # in a loop: the second
+    outs = [tex.einsum("ij,ij->ij", a, b) for _ in range(4)]    # in a loop: the third
     for out in outs:                                              # call takes a team
         np.testing.assert_array_equal(out, want)
 looped = rt.teams.value - teams - apart
@@ -514,19 +514,27 @@ teams = rt.teams.value
 outs = [tex.einsum("ik,kj->ij", small, small) for _ in range(200)]   # a small contraction
 for out in outs:                                                    # stays on one thread
     np.testing.assert_allclose(out, want_small, rtol=1e-4, atol=1e-4)
-print(first, again, later, apart, looped > 0, rt.teams.value - teams)
+time.sleep(0.05)
+teams = rt.teams.value
+for _ in range(3):                  # two calls after a pause: alone
+    time.sleep(0.02)
+    outs = [tex.einsum("ij,ij->ij", a, b) for _ in range(2)]
+pairs = rt.teams.value - teams
+print(*asks, later, apart, looped > 0, rt.teams.value - teams, pairs)
 """
 
 
 def test_a_middling_region_gets_a_team_only_when_called_in_a_loop(tmp_path):
     """Under PARALLEL_MIN_WORK iterations, a region over at least MIDDLING_MIN_BYTES of
-    arrays opens to a team only while the workers are awake or the last such region was
-    moments ago (tex_rt_team_pays): a 512 x 512 product called in a loop takes the
-    team, called now and then runs on its caller (waking a sleeping worker costs more
-    than half its work); a 64^3 product (48 KiB) stays on one thread even in a loop.
-    In a child: a fresh runtime, whose first question finds no earlier one."""
+    arrays opens to a team only while the workers are awake or the last two such
+    regions were moments apart (tex_rt_team_pays), and never to more threads than the
+    process's CPUs: a 512 x 512 product called in a loop takes the team from its third
+    call on; called now and then, or twice after a pause, it runs on its caller (waking
+    a sleeping worker costs more than half its work); a 64^3 product (48 KiB) stays on
+    one thread even in a loop. In a child: a fresh runtime, whose first question finds
+    no earlier one."""
     out = _child_stdout(TEAM_PAYS_SCRIPT, tmp_path).split()
-    assert out == ["0", "1", "0", "0", "True", "0"]
+    assert out == ["0", "0", "1", "0", "0", "0", "True", "0", "0"]
 
 
 def test_threads_that_lose_their_cpu_find_it_crowded(tmp_path):

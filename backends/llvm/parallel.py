@@ -13,9 +13,9 @@ from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
 # kernel with at least this much work also listens for Ctrl-C (threads.tex_rt_arm)
 PARALLEL_MIN_WORK = 1 << 20
 # ... unless a worker is still awake, spinning after the last region (threads.py's
-# SPIN_TICKS), or the last region of middling work was moments ago (calls in a loop:
-# tex_rt_team_pays): then a team costs little, and from this much work on two threads
-# beat one (2 cores, Zen 5,
+# SPIN_TICKS), or the last two regions of middling work were moments apart (calls in a
+# loop: tex_rt_team_pays): then a team costs little, and from this much work on two
+# threads beat one (2 cores, Zen 5,
 # calls in a loop: a 512 x 512 add 33 -> 18 us, one row times a 1000 x 1000 matrix
 # transposed 46 -> 27 us; a call after a pause, workers asleep, runs on one thread as before)
 PARALLEL_MIN_WORK_AWAKE = 1 << 17
@@ -93,7 +93,7 @@ class ParallelMixin:
         ask = b.dominated(self.fn.append_basic_block("par.ask"))
         b.cbranch(streams, ask, join)
         b.position_at_end(ask)
-        pays = b.call(self._extern("tex_rt_team_pays", I32, []), [])
+        pays = b.call(self._extern("tex_rt_team_pays", I32, [I64]), [self.env[NTHREADS]])
         answer = b.icmp_signed("!=", pays, ir.Constant(I32, 0))
         b.branch(join)
         b.position_at_end(join)

@@ -231,9 +231,11 @@ class StageHandle:
             body, own, taken = [], body, []
             for spec in self.specializations:
                 cond = all_of(spec.condition, *[negation(c) for c in taken])
-                body.append(Guard(cond, nest(spec.state), choice=spec.name))
+                body.append(Guard(cond, nest(spec.state), choice=spec.name,
+                                  shown=spec.condition))
                 taken.append(spec.condition)
-            body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name))
+            body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name,
+                              shown=sp.true))
         note = None
         if epilogue is not None:
             from .epilogue import around, check_races, describe, privatize_parts

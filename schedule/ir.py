@@ -97,6 +97,8 @@ class Guard(Node):
     choice: str = None          # the schedule it selects, when it is a stage's choice among
     #                             its specializations (C#1, ..., C for its own); a choice's
     #                             condition is on sizes and parameters only
+    shown: sp.Basic = None      # a choice's own condition: `cond` is it and the negations
+    #                             of the choices before it, the printer's `elif shown:`
 
 
 @dataclass(frozen=True, eq=False)

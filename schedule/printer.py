@@ -10,7 +10,7 @@ Loop variables are objects; two with one display name print as `i`, `i_1`, ...
 """
 import sympy as sp
 
-from tex.expr import Access, Const, IndexValue, Op
+from tex.expr import Access, Const, IndexValue, Op, all_of, negation
 
 from .ir import Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, unique_name, walk
 
@@ -70,15 +70,49 @@ def _target(buf, index, names):
     return f"{buf.name}[{', '.join(names.sym(i) for i in index)}]" if index else buf.name
 
 
+def _chain(guards):
+    """The heads of a stage's choices (consecutive choice guards) as `if c1:`, `elif c2:`
+    ..., `else:`, each with its own condition only (the guard's is that and the negations
+    of the ones before it, first match wins); None unless every guard's condition is
+    exactly that (a pass that rewrote one prints them all in full)."""
+    heads, before = [], []
+    for k, g in enumerate(guards):
+        if g.shown is None or g.cond != all_of(g.shown, *[negation(c) for c in before]):
+            return None
+        heads.append("else" if g.shown is sp.true and k == len(guards) - 1 and k > 0
+                     else ("if" if k == 0 else "elif"))
+        before.append(g.shown)
+    return heads
+
+
+def _emit_all(nodes, names, ind, lines):
+    """Sibling nodes, a stage's choices as one if/elif/else chain."""
+    nodes, k = list(nodes), 0
+    while k < len(nodes):
+        end = k
+        while end < len(nodes) and isinstance(nodes[end], Guard) and nodes[end].choice:
+            end += 1
+        heads = _chain(nodes[k:end]) if end - k > 1 else None
+        if heads is None:
+            _emit(nodes[k], names, ind, lines)
+            k += 1
+            continue
+        pad = "  " * ind
+        for head, g in zip(heads, nodes[k:end]):
+            note = f"  # {g.note}" if g.note else ""
+            cond = "" if head == "else" else f" {names.sym(g.shown)}"
+            lines.append(f"{pad}{head}{cond}:{note}")
+            _emit_all(g.body, names, ind + 1, lines)
+        k = end
+
+
 def _emit(node, names, ind, lines):
     pad = "  " * ind
     if isinstance(node, Kernel):
-        for s in node.body:
-            _emit(s, names, ind, lines)
+        _emit_all(node.body, names, ind, lines)
     elif isinstance(node, Stage):
         lines.append(f"{pad}# {node.definition.name}" + (f": {node.note}" if node.note else ""))
-        for s in node.body:
-            _emit(s, names, ind, lines)
+        _emit_all(node.body, names, ind, lines)
     elif isinstance(node, Loop):
         start = names.sym(node.start)
         end = names.sym(node.start + node.extent) if node.start != 0 else names.sym(node.extent)
@@ -91,19 +125,16 @@ def _emit(node, names, ind, lines):
             notes.append("reduction")
         note = f"  # {', '.join(notes)}" if notes else ""
         lines.append(f"{pad}for {names.names[node.var]} in {start}..{end}:{note}")
-        for s in node.body:
-            _emit(s, names, ind + 1, lines)
+        _emit_all(node.body, names, ind + 1, lines)
     elif isinstance(node, Guard):
         note = f"  # {node.note}" if node.note else ""
         lines.append(f"{pad}if {names.sym(node.cond)}:{note}")
-        for s in node.body:
-            _emit(s, names, ind + 1, lines)
+        _emit_all(node.body, names, ind + 1, lines)
     elif isinstance(node, Allocate):
         b = node.buffer
         shape = ", ".join(names.sym(d) for d in b.shape)
         lines.append(f"{pad}alloc {b.name}[{shape}]: {b.dtype.name}  # {b.scope.value}")
-        for s in node.body:
-            _emit(s, names, ind, lines)
+        _emit_all(node.body, names, ind, lines)
     elif isinstance(node, Store):
         lines.append(f"{pad}{_target(node.buffer, node.index, names)} = "
                      f"{_expr(node.value, names)}")

@@ -346,7 +346,7 @@ def test_specialize_runs_the_schedule_whose_condition_holds():
     wide.vectorize(ji, tail="mask")
     assert wide.name == "C#1" and s["C#1"] is wide
     text = str(s)
-    assert text.startswith("# C\nif N >= 16:\n") and "\nif N < 16:\n" in text
+    assert text.startswith("# C\nif N >= 16:\n") and "\nelse:\n" in text
     f = tex.compile(s)
     rng = np.random.default_rng(2)
     for n in (1, 15, 16, 17, 70):
@@ -355,6 +355,41 @@ def test_specialize_runs_the_schedule_whose_condition_holds():
         np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-5, atol=1e-5)
     again = tex.schedule(C).replay(s.history_json())
     assert str(again) == text
+
+
+@pytest.mark.parametrize("cpu", ["znver3", "znver5"])
+def test_printed_choices_read_as_an_elif_chain_that_picks_the_guard_that_holds(cpu):
+    """A stage's choices print as `if c1:` / `elif c2:` ... `else:` with each choice's
+    own condition (the auto schedule of a symbolic matmul and of x @ W.T has a dozen);
+    reading the chain first match wins picks, at every size tried, the one guard whose
+    full condition (the IR's: its own and the earlier ones' negations) holds. A guard
+    whose condition is not its chain's prints in full, every guard of the run."""
+    import sympy as sp
+    from cpus import ZEN5
+    from tex.scheduler.ir import Guard, walk
+    from tex.scheduler.printer import format_nest
+    i, j, k = tex.indices("i j k")
+    for B in (tex.tensor("B", (K, N), "float32"), tex.tensor("B", (N, K), "float64")):
+        A = tex.tensor("A", (M, K), B.dtype)
+        at = (k, j) if B.shape[0] == K else (j, k)
+        C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[at], over=k))
+        with overriding({"znver3": ZEN3, "znver5": ZEN5}[cpu]):
+            kernel = tex.schedule(C).auto().kernel()
+        text = format_nest(kernel)
+        guards = [g for g in walk(kernel) if isinstance(g, Guard) and g.choice]
+        heads = re.findall(r"^(if|elif|else)(.*):$", text, flags=re.M)
+        assert [h for h, _ in heads] == ["if"] + ["elif"] * (len(guards) - 2) + ["else"], text
+        for m, n, kk in [(m, n, kk) for m in (1, 2, 5, 6, 7, 12, 13, 100)
+                         for n in (1, 7, 8, 15, 16, 24, 47, 48, 64, 65, 113, 385, 1000)
+                         for kk in (1, 3, 4, 8, 128, 255, 256, 640, 1024, 1025, 5000)]:
+            at_sizes = {M: m, N: n, K: kk}
+            holds = [g for g in guards if bool(g.cond.subs(at_sizes))]
+            first = next(g for g in guards if g.shown is sp.true or bool(g.shown.subs(at_sizes)))
+            assert holds == [first], (m, n, kk)
+    bad = Guard(N >= 5, guards[1].body, choice="X#1", shown=N >= 4)
+    text = format_nest(tex.schedule(PROGRAMS["matmul"]).kernel().replace(
+        body=(kernel.body[0].replace(body=(guards[0], bad)),)))
+    assert "\nif N >= 5:" in text and "elif" not in text and "else" not in text
 
 
 def test_specialize_refusals():

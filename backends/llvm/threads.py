@@ -32,8 +32,9 @@ oversized team kills the process. This pool is small enough to own:
     tex_rt_team_pays(threads)           1 if a team pays for a region of middling work
                                         (parallel.py): a worker is awake, spinning
                                         after the last region, or the last two such
-                                        regions were asked for within SPIN_TICKS of
-                                        each other (calls in a loop: the third wakes
+                                        questions each came within SPIN_TICKS of the
+                                        end of a region (tex_rt_parallel's, of any
+                                        kernel: calls in a loop; the third wakes
                                         the workers, the next finds them awake; two
                                         calls after a pause stay alone, a wake-up
                                         costs them more than it saves); never while
@@ -112,7 +113,7 @@ RUNTIME_IR = (r"""
 @tex_rt_open = internal global i64 0
 @tex_rt_workers = internal global i64 0
 @tex_rt_spinning = internal global i64 0, align 64
-@tex_rt_last_ask = internal global i64 0, align 64
+@tex_rt_last_end = internal global i64 0, align 64
 @tex_rt_streak = internal global i64 0
 @tex_rt_allowed = global i64 0
 @tex_rt_busy = internal global i32 0
@@ -274,12 +275,13 @@ entry:
 }}
 
 ; for a parallel region of middling work on a team of %threads: is a worker awake, or
-; were the last two such regions asked for moments apart (the module docstring's
-; tex_rt_team_pays)? Never while crowded, nor for more threads than the process's CPUs
+; did the last two such questions each come moments after a region ended (the module
+; docstring's tex_rt_team_pays)? Never while crowded, nor for more threads than the
+; process's CPUs
 define i32 @tex_rt_team_pays(i64 %threads) {{
 entry:
   %now = call i64 @llvm.readcyclecounter()
-  %last = atomicrmw xchg ptr @tex_rt_last_ask, i64 %now monotonic
+  %last = load atomic i64, ptr @tex_rt_last_end monotonic, align 8
   %since = sub i64 %now, %last
   %recent = icmp ult i64 %since, {spin_ticks}
   %streak.0 = load i64, ptr @tex_rt_streak
@@ -322,6 +324,8 @@ claim:
   br i1 %claimed, label %locked, label %alone
 alone:
   call void %fn(ptr %ctx, i64 0, i64 1)
+  %alone.end = call i64 @llvm.readcyclecounter()
+  store atomic i64 %alone.end, ptr @tex_rt_last_end monotonic, align 8
   ret void
 locked:
   call i32 @pthread_mutex_lock(ptr @tex_rt_lock)
@@ -435,6 +439,7 @@ finish:
   %half = lshr i64 %worked, 1
   %since = add i64 %t0, %half
   call i1 @tex_rt_robbed(i64 %since, i64 %end)
+  store atomic i64 %end, ptr @tex_rt_last_end monotonic, align 8
   store atomic i32 0, ptr @tex_rt_busy release, align 4
   ret void
 }}

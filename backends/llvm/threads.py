@@ -114,7 +114,7 @@ RUNTIME_IR = (r"""
 @tex_rt_workers = internal global i64 0
 @tex_rt_spinning = internal global i64 0, align 64
 @tex_rt_last_end = internal global i64 0, align 64
-@tex_rt_streak = internal global i64 0
+@tex_rt_streak = internal global i64 0, align 8
 @tex_rt_allowed = global i64 0
 @tex_rt_busy = internal global i32 0
 @tex_rt_interrupt = global i32 0
@@ -284,10 +284,10 @@ entry:
   %last = load atomic i64, ptr @tex_rt_last_end monotonic, align 8
   %since = sub i64 %now, %last
   %recent = icmp ult i64 %since, {spin_ticks}
-  %streak.0 = load i64, ptr @tex_rt_streak
+  %streak.0 = load atomic i64, ptr @tex_rt_streak monotonic, align 8
   %streak.1 = add i64 %streak.0, 1
   %streak = select i1 %recent, i64 %streak.1, i64 0
-  store i64 %streak, ptr @tex_rt_streak
+  store atomic i64 %streak, ptr @tex_rt_streak monotonic, align 8
   %often = icmp uge i64 %streak, 2
   %spinning = load atomic i64, ptr @tex_rt_spinning monotonic, align 8
   %awake = icmp sgt i64 %spinning, 0
@@ -452,6 +452,8 @@ entry:
   call i32 @pthread_cond_init(ptr @tex_rt_done, ptr null)
   store i64 0, ptr @tex_rt_workers
   store i64 0, ptr @tex_rt_spinning
+  store i64 0, ptr @tex_rt_streak
+  store i64 0, ptr @tex_rt_last_end
   store i64 0, ptr @tex_rt_active
   store i64 0, ptr @tex_rt_open
   store i64 0, ptr @tex_rt_team

@@ -496,8 +496,11 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     from .blocking import full_tile_vectors
     lanes = target().lanes(d.reduction.dtype)
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
-    # few rows: the parts rule then gives each thread four parts of a long K
-    ko, ki = st.split_k(k, AutoParts(parts_name, sp.Integer(1), d.extents[k]))
+    # few rows: the parts rule then gives each thread four parts of a long K (of a
+    # shorter one too in a loop, with work enough for a team: runtime.STREAM_PARTS,
+    # whose `rows` are the columns here)
+    ko, ki = st.split_k(k, AutoParts(parts_name, d.extents[j], d.extents[k],
+                                     rule="split_k_stream"))
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
     # with one on its columns makes the partial column tile scalar: with a tile of four
     # 16-lane vectors that is 3.6 MB of IR for five rows (1.8 s to build), so several

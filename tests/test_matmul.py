@@ -3,6 +3,7 @@ class (square, tall, wide, prime, degenerate), every dtype, transposed and strid
 operands, `out=`, batched and multi-operand einsums, random block sizes, and the
 golden printout of the auto schedule of a 1024 matmul."""
 import re
+import time
 
 import numpy as np
 import sympy as sp
@@ -312,6 +313,47 @@ def test_batched_products_between_the_tiles_keep_the_batch_on_the_threads():
         a = rng.standard_normal((nb, m, kk)).astype(np.float32)
         bb = rng.standard_normal((nb, kk, n)).astype(np.float32)
         np.testing.assert_allclose(f(a, bb), a @ bb, rtol=1e-4, atol=1e-4 * kk)
+
+
+def test_few_rows_in_a_loop_split_a_shorter_k_across_the_threads():
+    """A row (or a few) times B splits K into four parts a thread from 1024 a thread on,
+    from 256 a thread while calls come as in a loop (runtime.STREAM_PARTS asks the
+    thread runtime), and never when K x N is too little work for a team; called in a
+    loop, such products then run on a team (the parts loop is the parallel one), right
+    against numpy at K and N around the bounds, on 2 and 3 threads."""
+    from tex.backends.llvm import runtime, threads
+
+    def parts(t, k, n, looping):
+        return eval(runtime.STREAM_PARTS.format(t=t, rows=n, length=k),  # noqa: S307
+                    {"_looping": lambda t: looping})
+    assert [parts(2, k, 1000, True) for k in (511, 512, 2047, 2048)] == [1, 8, 8, 8]
+    assert [parts(2, k, 1000, False) for k in (511, 512, 2047, 2048)] == [1, 1, 1, 8]
+    assert parts(2, 4096, 31, True) == 1 and parts(2, 4096, 32, False) == 8
+    assert parts(1, 5000, 5000, True) == 1 and parts(3, 1000, 1000, True) == 12
+    rng = np.random.default_rng(41)
+    before = tex.get_num_threads()
+    try:
+        for nt in (2, 3):
+            tex.set_num_threads(nt)
+            for m, k, n in [(1, 600, 1000), (1, 1500, 257), (2, 1000, 300), (3, 777, 1000),
+                            (1, 513, 256), (5, 2047, 65)]:
+                a, b = operands(rng, m, n, k, "float32")
+                want = expected(a, b)
+                out = np.empty((m, n), np.float32)
+                teams = threads.runtime().teams.value
+                for _ in range(4):
+                    tex.einsum("ik,kj->ij", a, b, out=out)
+                    check(out, want, k)
+                if nt == 2 and (m, k, n) == (1, 600, 1000):
+                    deadline = time.monotonic() + 60     # (a loaded machine: a crowded
+                    while threads.runtime().teams.value == teams and \
+                            time.monotonic() < deadline:  # CPU list refuses the team)
+                        for _ in range(4):
+                            tex.einsum("ik,kj->ij", a, b, out=out)
+                        check(out, want, k)
+                    assert threads.runtime().teams.value > teams
+    finally:
+        tex.set_num_threads(before)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

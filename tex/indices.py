@@ -272,7 +272,8 @@ class AutoParts(Param):
     """A part count that the call path chooses from the sizes and the thread count, by
     one of the runtime's rules (backends/llvm/runtime.PART_RULES): "split_k" (`s.auto()`'s
     split-K decision: `rows` is the extent of the loop that the threads would otherwise
-    share, `length` the extent of the reduction) or "threads" (a part a thread of a loop
+    share, `length` the extent of the reduction), "split_k_stream" (the same for a few
+    rows streaming B, from a shorter reduction in a loop) or "threads" (a part a thread of a loop
     of `length` in blocks of `block`, when each part gets four blocks or more, evenly,
     and `rows`, the work the threads would otherwise share in each block, is small)."""
 

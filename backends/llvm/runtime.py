@@ -32,6 +32,7 @@ from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
 from . import choices, codegen, irtypes, jit, split, threads
+from .parallel import PARALLEL_MIN_WORK_AWAKE
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
@@ -47,10 +48,21 @@ from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,
 # to the others (123 x 51234 x 456 on 2 threads right after a numpy call: 34-38 ms with
 # a part a thread, 25-29 with four; 18-20 alone either way)
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
+# For a few rows streaming B (auto._stream_rows_of_b: x @ W with x a row or a few),
+# `rows` are B's columns: parts from that length too, when the K x N products are work
+# enough for a team (parallel.PARALLEL_MIN_WORK_AWAKE: fewer ran their parts on one
+# thread, and the merge after them, for nothing), and from a quarter of that length
+# while calls come as in a loop (`_looping`: threads.tex_rt_team_pays, from the third
+# quick question on), when a team is cheap. 2 threads, Zen 5, calls in a loop: 1 x 1000
+# @ 1000 x 4096 216 -> 112 us, 1 x 2000 @ 2000 x 500 52 -> 33, 2 x 1000 @ 1000 x 1000 65
+# -> 38; a call after a pause keeps one part (a team woken for it cost 5-15% there)
+STREAM_PARTS = ("1 if {t} <= 1 or {length} < 256 * {t} or ({length}) * ({rows}) < "
+                f"{PARALLEL_MIN_WORK_AWAKE} or ({{length}} < 1024 * {{t}} and not "
+                "_looping({t})) else 4 * {t}")
 # AutoParts rules by name (tex.expr.AutoParts.rule), Python expressions of the call
 # path: "threads" is calls.thread_parts (a fused matmul's column blocks in parts)
 THREAD_PARTS = "_thread_parts({t}, {rows}, {length}, {block}, _crowded)"
-PART_RULES = {"split_k": AUTO_PARTS, "threads": THREAD_PARTS}
+PART_RULES = {"split_k": AUTO_PARTS, "split_k_stream": STREAM_PARTS, "threads": THREAD_PARTS}
 
 
 def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe", fuse=True,
@@ -371,7 +383,7 @@ def _make_caller(sig):
          "_finish_out": _finish_out, "_prepare_out": _prepare_out, "_status": _status,
          "_sig": sig, "_rank_error": _rank_error, "_dim_error": _dim_error,
          "_nt": _NUM_THREADS, "_crowded": threads.runtime().is_crowded,
-         "_thread_parts": thread_parts}
+         "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts}
     L = []
     kw = [f"{p}=None" for p in sig.param_names] + ["out=None"]
     # named after the kernel, so that Python's own binding errors name it

@@ -549,6 +549,10 @@ class Runtime:
         # 1 while the CPUs are crowded (a call path's choice of plan: calls.thread_parts;
         # no GIL release for a call of a few instructions)
         self.is_crowded = ctypes.PYFUNCTYPE(ctypes.c_int32)(image.address("tex_rt_is_crowded"))
+        # tex_rt_team_pays(threads) for a call path (runtime.STREAM_PARTS: whether calls
+        # come as in a loop, when a part count needs to know; it counts as a question)
+        self.team_pays = ctypes.PYFUNCTYPE(ctypes.c_int32, ctypes.c_int64)(
+            image.address("tex_rt_team_pays"))
         # bytes of temporaries kept for the next call (pool.py)
         self.pool_bytes = ctypes.c_int64.from_address(image.address("tex_rt_pool_bytes"))
         self.cpus = (ctypes.c_int32 * (MAX_WORKERS + 1)).from_address(

@@ -324,7 +324,7 @@ def _call_path(c):
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
          "_image": image, "_crowded": threads.runtime().is_crowded,
-         "_thread_parts": thread_parts}
+         "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts}
     for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
                  "_dim_error"):
         g[name] = _fallback

@@ -497,10 +497,13 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     lanes = target().lanes(d.reduction.dtype)
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
     # few rows: the parts rule then gives each thread four parts of a long K (of a
-    # shorter one too in a loop, with work enough for a team: runtime.STREAM_PARTS,
-    # whose `rows` are the columns here)
+    # shorter one too in a loop, with a B large enough for a team: runtime.STREAM_PARTS,
+    # whose `rows` are the columns here and `block` B's element size)
+    b_bytes = max(a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
+                  if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
+                                                   for ix in a.index))
     ko, ki = st.split_k(k, AutoParts(parts_name, d.extents[j], d.extents[k],
-                                     rule="split_k_stream"))
+                                     rule="split_k_stream", block=b_bytes))
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
     # with one on its columns makes the partial column tile scalar: with a tile of four
     # 16-lane vectors that is 3.6 MB of IR for five rows (1.8 s to build), so several

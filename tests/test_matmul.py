@@ -318,17 +318,20 @@ def test_batched_products_between_the_tiles_keep_the_batch_on_the_threads():
 def test_few_rows_in_a_loop_split_a_shorter_k_across_the_threads():
     """A row (or a few) times B splits K into four parts a thread from 1024 a thread on,
     from 256 a thread while calls come as in a loop (runtime.STREAM_PARTS asks the
-    thread runtime), and never when K x N is too little work for a team; called in a
+    thread runtime), and never when B is too small for a team; called in a
     loop, such products then run on a team (the parts loop is the parallel one), right
     against numpy at K and N around the bounds, on 2 and 3 threads."""
     from tex.backends.llvm import runtime, threads
 
-    def parts(t, k, n, looping):
-        return eval(runtime.STREAM_PARTS.format(t=t, rows=n, length=k),  # noqa: S307
+    def parts(t, k, n, looping, itemsize=4):
+        return eval(runtime.STREAM_PARTS.format(t=t, rows=n, length=k,  # noqa: S307
+                                                block=itemsize),
                     {"_looping": lambda t: looping})
     assert [parts(2, k, 1000, True) for k in (511, 512, 2047, 2048)] == [1, 8, 8, 8]
     assert [parts(2, k, 1000, False) for k in (511, 512, 2047, 2048)] == [1, 1, 1, 8]
-    assert parts(2, 4096, 31, True) == 1 and parts(2, 4096, 32, False) == 8
+    # a B of less than MIDDLING_MIN_BYTES gets no team: no parts
+    assert parts(2, 4096, 63, True) == 1 and parts(2, 4096, 64, False) == 8
+    assert parts(2, 4096, 31, True, 8) == 1 and parts(2, 4096, 32, False, 8) == 8
     assert parts(1, 5000, 5000, True) == 1 and parts(3, 1000, 1000, True) == 12
     rng = np.random.default_rng(41)
     before = tex.get_num_threads()

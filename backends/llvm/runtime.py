@@ -32,7 +32,7 @@ from ...scheduler.ir import Scope, structure_key
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
 from . import choices, codegen, irtypes, jit, split, threads
-from .parallel import PARALLEL_MIN_WORK_AWAKE
+from .parallel import MIDDLING_MIN_BYTES
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
 from .bounds import BOUNDS_LOOPS
@@ -49,15 +49,16 @@ from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,
 # a part a thread, 25-29 with four; 18-20 alone either way)
 AUTO_PARTS = "1 if {t} <= 1 or {rows} >= 4 * {t} or {length} < 1024 * {t} else 4 * {t}"
 # For a few rows streaming B (auto._stream_rows_of_b: x @ W with x a row or a few),
-# `rows` are B's columns: parts from that length too, when the K x N products are work
-# enough for a team (parallel.PARALLEL_MIN_WORK_AWAKE: fewer ran their parts on one
-# thread, and the merge after them, for nothing), and from a quarter of that length
-# while calls come as in a loop (`_looping`: threads.tex_rt_team_pays, from the third
-# quick question on), when a team is cheap. 2 threads, Zen 5, calls in a loop: 1 x 1000
-# @ 1000 x 4096 216 -> 112 us, 1 x 2000 @ 2000 x 500 52 -> 33, 2 x 1000 @ 1000 x 1000 65
-# -> 38; a call after a pause keeps one part (a team woken for it cost 5-15% there)
-STREAM_PARTS = ("1 if {t} <= 1 or {length} < 256 * {t} or ({length}) * ({rows}) < "
-                f"{PARALLEL_MIN_WORK_AWAKE} or ({{length}} < 1024 * {{t}} and not "
+# `rows` are B's columns and `block` its element size: parts from that length too, when
+# B is large enough for a team (parallel.MIDDLING_MIN_BYTES: a smaller one ran its
+# parts on one thread, and the merge after them, for nothing), and from a quarter of
+# that length while calls come as in a loop (`_looping`: threads.tex_rt_team_pays, from
+# the third quick question on), when a team is cheap. 2 threads, Zen 5, calls in a
+# loop: 1 x 1000 @ 1000 x 4096 216 -> 112 us, 1 x 2000 @ 2000 x 500 52 -> 33, 2 x 1000
+# @ 1000 x 1000 65 -> 38; a call after a pause keeps one part (a team woken for it cost
+# 5-15% there)
+STREAM_PARTS = ("1 if {t} <= 1 or {length} < 256 * {t} or ({length}) * ({rows}) * {block} < "
+                f"{MIDDLING_MIN_BYTES} or ({{length}} < 1024 * {{t}} and not "
                 "_looping({t})) else 4 * {t}")
 # AutoParts rules by name (tex.expr.AutoParts.rule), Python expressions of the call
 # path: "threads" is calls.thread_parts (a fused matmul's column blocks in parts)

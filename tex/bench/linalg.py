@@ -138,10 +138,12 @@ def auto_parts(f, sizes):
     def value(e):
         e = sp.sympify(e)
         return int(e.subs({s: sizes[str(s)] for s in e.free_symbols}))
-    parts = [eval(runtime.AUTO_PARTS.format(t=tex.get_num_threads(),   # noqa: S307 - the
-                                            rows=value(p.rows),        # runtime's own rule
-                                            length=value(p.length)))
-             for p in f.kernel.params if isinstance(p, AutoParts) and p.rule == "split_k"]
+    parts = [eval(runtime.PART_RULES[p.rule].format(                  # noqa: S307 - the
+                  t=tex.get_num_threads(), rows=value(p.rows),          # runtime's own
+                  length=value(p.length), block=p.block),               # rules (benches
+                  {"_looping": lambda t: True})                         # call in loops)
+             for p in f.kernel.params
+             if isinstance(p, AutoParts) and p.rule in ("split_k", "split_k_stream")]
     return max(parts, default=1)
 
 

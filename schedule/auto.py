@@ -194,8 +194,9 @@ def _auto_blocked(stage):
     blocking = default_blocking(red.dtype, operand_bytes(roles))
     rows, cols = d.extents[roles.i], d.extents[roles.j]
 
-    def blocked(target, blocking=blocking):
-        parts = AutoParts(f"{d.name}_parts", parallel_blocks(d, roles, blocking),
+    def blocked(target, blocking=blocking, parts_name=f"{d.name}_parts"):
+        # (each tier's parts a name of its own: the call path computes one value a name)
+        parts = AutoParts(parts_name, parallel_blocks(d, roles, blocking),
                           d.extents[roles.k])
         _, k_loop = target.split_k(roles.k, parts)
         block_contraction(target, roles, blocking, k_loop)
@@ -265,7 +266,8 @@ def _auto_blocked(stage):
         if single:
             cases.append((all_of(cond, fits_whole_k(bl)),
                           functools.partial(whole_k, blocking=bl)))
-        cases.append((cond, functools.partial(blocked, blocking=bl)))
+        cases.append((cond, functools.partial(blocked, blocking=bl, parts_name=(
+            f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))
         upper = low
     if roles.batch and single:
         # a batch of products narrower than the narrowest tile (3 x 3, 8 x 8, 64 x 4):

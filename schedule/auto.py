@@ -501,9 +501,10 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     # few rows: the parts rule then gives each thread four parts of a long K (of a
     # shorter one too in a loop, with a B large enough for a team: runtime.STREAM_PARTS,
     # whose `rows` are the columns here and `block` B's element size)
-    b_bytes = max(a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
-                  if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
-                                                   for ix in a.index))
+    b_bytes = max((a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
+                   if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
+                                                    for ix in a.index)),
+                  default=d.reduction.dtype.itemsize)
     ko, ki = st.split_k(k, AutoParts(parts_name, d.extents[j], d.extents[k],
                                      rule="split_k_stream", block=b_bytes))
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows

@@ -15,9 +15,9 @@ PARALLEL_MIN_WORK = 1 << 20
 # ... unless a worker is still awake, spinning after the last region (threads.py's
 # SPIN_TICKS), or the last two regions of middling work each began moments after a
 # region ended (calls in a loop: tex_rt_team_pays): then a team costs little, and from
-# this much work on two threads beat one (2 cores, Zen 5,
-# calls in a loop: a 512 x 512 add 33 -> 18 us, one row times a 1000 x 1000 matrix
-# transposed 46 -> 27 us; a call after a pause, workers asleep, runs on one thread as before)
+# this much work on two threads beat one (2 cores, Zen 5, calls in a loop: a 512 x 512
+# product 33 -> 17 us, one row times a (1000 x 1000).T 51 -> 29 us; a call after a
+# pause, workers asleep, runs on one thread as before)
 PARALLEL_MIN_WORK_AWAKE = 1 << 17
 # ... when those iterations stream at least this many bytes of arrays: a team lost on
 # small contractions, whose iterations are register-tile FMAs over data in L1 (64^3:

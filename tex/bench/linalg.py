@@ -127,23 +127,35 @@ def splitk_4x65536x512(opts):
 
 def auto_parts(f, sizes):
     """The parts of K the call path gives compiled matmul `f` at these sizes ({size name:
-    value}) and tex's thread count: 1 when its schedule has no split-K (the most over
-    its specializations' rules: a vector times a matrix splits K by the rows of A, the
-    blocked schedule by its blocks)."""
+    value}) and tex's thread count, in a loop (as benches call): the most over the
+    split-K rules of the nests such a call runs (the specializations whose conditions
+    hold: a few rows split K by their rule, the blocked schedule by its blocks); 1 when
+    they have no split-K."""
     import sympy as sp
 
     from tex.backends.llvm import runtime
     from tex.expr import AutoParts
+    from tex.scheduler.ir import Guard, Loop
 
     def value(e):
         e = sp.sympify(e)
-        return int(e.subs({s: sizes[str(s)] for s in e.free_symbols}))
+        return e.subs({s: sizes[str(s)] for s in e.free_symbols if str(s) in sizes})
+
+    def run(node):
+        """The split-K AutoParts in the loop extents of the nests the call runs."""
+        if isinstance(node, Guard) and node.choice and not bool(value(node.cond)):
+            return
+        if isinstance(node, Loop):
+            yield from (p for p in sp.sympify(node.extent).free_symbols
+                        if isinstance(p, AutoParts) and p.rule in runtime.PART_RULES and
+                        p.rule.startswith("split_k"))
+        for child in getattr(node, "body", ()):
+            yield from run(child)
     parts = [eval(runtime.PART_RULES[p.rule].format(                  # noqa: S307 - the
-                  t=tex.get_num_threads(), rows=value(p.rows),          # runtime's own
-                  length=value(p.length), block=p.block),               # rules (benches
-                  {"_looping": lambda t: True})                         # call in loops)
-             for p in f.kernel.params
-             if isinstance(p, AutoParts) and p.rule in ("split_k", "split_k_stream")]
+                  t=tex.get_num_threads(), rows=int(value(p.rows)),     # runtime's own
+                  length=int(value(p.length)), block=p.block),          # rules
+                  {"_looping": lambda t: True})
+             for p in set(run(f.kernel))]
     return max(parts, default=1)
 
 

@@ -166,6 +166,13 @@ def matvec_1x4096x4096(opts):
 
 
 @workload
+def matvec_1x1000x1000(opts):
+    """A row times a matrix, 1x1000 @ 1000x1000 float32, vs a @ b: K under 1024 a thread,
+    split across the threads only for calls that come as in a loop, as here (`parts`)."""
+    return _matmul(opts, 1, 1000, 1000, max_repeat=5, parts=True)
+
+
+@workload
 def matmul_tall_2048x3(opts):
     """C[2048x2048] = A[2048x3] @ B[3x2048] float32 (a rank-3 product: K = 3) vs a @ b."""
     return _matmul(opts, 2048, 3, 2048, max_repeat=5)

@@ -107,6 +107,11 @@ class Blocking:
 
 
 NARROW_MR = 12      # register tile rows at most with one or two vectors of columns
+# the L3 a block may count on: a server's L3 as /sys reports it is the whole socket's,
+# in slices spread over dozens of cores that other tenants run on (a 2-core VM of an
+# Emerald Rapids Xeon sees 300 MiB: nc = 4096 made 2048^3 on 2 threads one column block
+# for both threads, 169 GFLOP/s against 201-214 with the nc = 1024 of a 32 MiB L3)
+L3_SHARED = 32 << 20
 
 
 def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
@@ -131,7 +136,8 @@ def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
       padding; 48 ran 1024^3 12% faster).
     - nc: the packed B block (kc x nc) in an eighth of L3, a multiple of NR: the L3 of
       a cloud machine is shared with other tenants' cores (Zen 3, 32 MiB L3: a 4 MiB
-      B block ran 2048^3 at 87 GFLOP/s, 1 MiB at 94)."""
+      B block ran 2048^3 at 87 GFLOP/s, 1 MiB at 94). L3 counts at most L3_SHARED
+      (below)."""
     machine = machine or target()
     registers = machine.vector_registers
     lanes = machine.lanes(dtype)
@@ -141,7 +147,7 @@ def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
     else:
         mr = min(NARROW_MR, (registers - vectors - 2) // vectors)
     nr = vectors * lanes
-    l2, l3 = machine.cache(2, 512 << 10), machine.cache(3, 8 << 20)
+    l2, l3 = machine.cache(2, 512 << 10), min(L3_SHARED, machine.cache(3, 8 << 20))
     # (and short enough that eight tiles of rows of A fit half of L2 at that kc)
     cap = min(1024, (l2 // 2) // (8 * mr * operand_bytes))
     kc = max(64, min(cap, (l2 // 4) // (nr * operand_bytes)) // 64 * 64)

@@ -35,6 +35,9 @@ def test_block_sizes_follow_the_target():
         assert b.kc * b.nr * 4 <= t.cache(2, 0) // 4          # a B micro-panel in L2
     assert default_blocking("float32", 4, big).nr == 64
     assert default_blocking("float32", 4, small).nr == 16
+    # a server's whole-socket L3 (300 MiB on Emerald Rapids) counts as a core complex's
+    server = named("emeraldrapids", ((1, 48 << 10), (2, 2 << 20), (3, 300 << 20)))
+    assert default_blocking("float32", 4, server).nc == default_blocking("float32", 4, big).nc
 
 
 def _run(env, code):

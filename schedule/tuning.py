@@ -32,7 +32,7 @@ from tex.expr import AutoParts
 from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _form_kernels,
                    _parallel_first_output_loop, _reduced_by_members, _reduced_in_lanes,
                    auto_schedule)
-from .blocking import (Blocking, block_contraction, block_fused_contraction,
+from .blocking import (L3_SHARED, Blocking, block_contraction, block_fused_contraction,
                        contraction_roles, operand_bytes, parallel_blocks)
 from .ir import LoopKind
 from .order import prefers_reduction_outside
@@ -308,7 +308,7 @@ def cost(d, plan, dm, threads, machine=None):
 
     def level(nbytes, share=1.0):
         for lv, size in ((1, machine.cache(1, 32 << 10)), (2, machine.cache(2, 512 << 10)),
-                         (3, machine.cache(3, 8 << 20) / max(1, threads))):
+                         (3, min(L3_SHARED, machine.cache(3, 8 << 20)) / max(1, threads))):
             if nbytes <= size * share:
                 return lv
         return 4

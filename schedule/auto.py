@@ -256,6 +256,21 @@ def _auto_blocked(stage):
         return all_of(less(reduction, bl.kc, strict=False),
                       any_of(less(rows * reduction, l2 // operand_bytes(roles), strict=False),
                              less(cols, fused_columns(bl), strict=False)))
+
+    def long_k_in_the_tile(bl):
+        """The one-vector tile's whole-k nest beyond one kc block: B's K x NR panel in
+        half of L2, A's rows read in place and once (one panel of columns, or A's block
+        of rows within L2), and rows for four row blocks (the blocked tier splits k
+        among the threads when they are fewer). Packing A cost more than the product
+        there, 16 FMAs an element of A (1 | 2 threads, Emerald Rapids, numpy/tex: 2048 x
+        2048 @ 2048 x 16 0.64 -> 1.47 | 0.71 -> 1.82, x 8192 @ 8192 x 16 0.70 -> 1.72 |
+        0.80 -> 1.79; 1024 x 4096 @ 4096 x 40 0.67 -> 0.83)."""
+        b = operand_bytes(roles)
+        reduction = d.extents[roles.k]
+        return all_of(less(reduction, (l2 // 2) // (bl.nr * b), strict=False),
+                      at_least(rows, 4 * bl.mc),
+                      any_of(less(cols, bl.nr, strict=False),
+                             less(reduction, l2 // (bl.mc * b), strict=False)))
     cases, upper = [], None
     for low, vectors in tiers:
         bl = blocking if vectors is None else default_blocking(red.dtype, operand_bytes(roles),
@@ -264,8 +279,9 @@ def _auto_blocked(stage):
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
         if single:
-            cases.append((all_of(cond, fits_whole_k(bl)),
-                          functools.partial(whole_k, blocking=bl)))
+            fits = fits_whole_k(bl) if vectors is None else \
+                any_of(fits_whole_k(bl), long_k_in_the_tile(bl))
+            cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl, parts_name=(
             f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))
         upper = low

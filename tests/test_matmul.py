@@ -1048,3 +1048,42 @@ def test_products_of_one_column_block_run_the_whole_k_nest_whatever_the_size_of_
                     check(f(A=np.asfortranarray(a), B=b), expected(a, b), k)
     finally:
         tex.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_narrow_products_with_a_long_k_keep_it_in_the_one_vector_tile(dtype):
+    """Below three vectors of columns on AVX-512, a K beyond one kc block still runs in
+    the one-vector tile, A's rows read in place (packing A cost more than the product:
+    16 FMAs an element of A), while B's K x NR panel fits half of L2 and the rows make
+    four row blocks; past those bounds (and for wider products whose block of A would
+    pass L2) the blocked tier packs. Against numpy on both sides of each bound, with A
+    transposed and strided, on 1 and 3 threads."""
+    from tex.scheduler.blocking import default_blocking
+    itemsize = np.dtype(dtype).itemsize
+    bl = default_blocking(dtype, itemsize, ZEN5, vectors=1)
+    reach = (ZEN5.cache(2, 0) // 2) // (bl.nr * itemsize)
+    with targets.overriding(ZEN5):
+        text = str(tex.schedule(matmul(dtype)).auto())
+    assert f"K <= {reach}" in text and f"M >= {4 * bl.mc}" in text, text
+    tile = re.split(r"\n(?:if |elif |else:)", text.split(f"K <= {reach}")[1])[0]
+    assert "A_pack" not in tile and "C_part" not in tile and "B_pack" in tile, tile
+    if targets.missing_here(ZEN5):
+        pytest.skip("this host does not run AVX-512 code")
+    rows, nr = 4 * bl.mc, bl.nr
+    shapes = [(rows, 1025, nr), (rows - 1, 1025, nr), (rows + 5, reach, nr // 2 + 1),
+              (rows + 5, reach + 1, nr), (rows + 7, 2000, 2 * nr + 3), (rows, 3000, nr + 1)]
+    rng = np.random.default_rng(17)
+    before = tex.get_num_threads()
+    try:
+        with targets.overriding(ZEN5):
+            f = tex.compile(matmul(dtype))
+            for threads in (1, 3):
+                tex.set_num_threads(threads)
+                for m, k, n in shapes:
+                    a, b = operands(rng, m, n, k, dtype)
+                    check(f(A=a, B=b), expected(a, b), k)
+                    check(f(A=np.asfortranarray(a), B=b), expected(a, b), k)
+                    wide = np.repeat(a, 2, axis=1)
+                    check(f(A=wide[:, ::2], B=b), expected(a, b), k)
+    finally:
+        tex.set_num_threads(before)

@@ -258,16 +258,20 @@ def _auto_blocked(stage):
                              less(cols, fused_columns(bl), strict=False)))
 
     def long_k_in_the_tile(bl):
-        """The one-vector tile's whole-k nest beyond one kc block: B's K x NR panel in
-        half of L2, A's rows read in place and once (one panel of columns, or A's block
-        of rows within L2), and rows for four row blocks (the blocked tier splits k
-        among the threads when they are fewer). Packing A cost more than the product
-        there, 16 FMAs an element of A (1 | 2 threads, Emerald Rapids, numpy/tex: 2048 x
-        2048 @ 2048 x 16 0.64 -> 1.47 | 0.71 -> 1.82, x 8192 @ 8192 x 16 0.70 -> 1.72 |
-        0.80 -> 1.79; 1024 x 4096 @ 4096 x 40 0.67 -> 0.83)."""
+        """The whole-k nest beyond one kc block, for products of one column block: B's K
+        x NR panel in half of L2, A's rows read in place and once (one panel of
+        columns, or A's block of rows within L2), and rows for four row blocks (the
+        blocked tier splits k among the threads when they are fewer). Packing A cost
+        more than the product there, 16 to 112 FMAs an element of A (1 | 2 threads,
+        Emerald Rapids, numpy/tex: 2048 x 2048 @ 2048 x 16 0.64 -> 1.47 | 0.71 -> 1.82,
+        x 8192 @ 8192 x 16 0.70 -> 1.72 | 0.80 -> 1.79; 1024 x 4096 @ 4096 x 40 0.67 ->
+        0.83; 2048 x 2048 @ 2048 x 64 0.94 -> 1.33 | 0.94 -> 1.38; AVX2 code, 1 thread:
+        2048 x 2048 @ 2048 x 16 0.93 -> 1.39, x 4096 @ 4096 x 16 0.99 -> 1.71; x 112
+        columns alike, 0.97 -> 0.98-1.07)."""
         b = operand_bytes(roles)
         reduction = d.extents[roles.k]
-        return all_of(less(reduction, (l2 // 2) // (bl.nr * b), strict=False),
+        return all_of(less(cols, fused_columns(bl), strict=False),
+                      less(reduction, (l2 // 2) // (bl.nr * b), strict=False),
                       at_least(rows, 4 * bl.mc),
                       any_of(less(cols, bl.nr, strict=False),
                              less(reduction, l2 // (bl.mc * b), strict=False)))
@@ -279,8 +283,7 @@ def _auto_blocked(stage):
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
         if single:
-            fits = fits_whole_k(bl) if vectors is None else \
-                any_of(fits_whole_k(bl), long_k_in_the_tile(bl))
+            fits = any_of(fits_whole_k(bl), long_k_in_the_tile(bl))
             cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl, parts_name=(
             f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))

@@ -1050,32 +1050,39 @@ def test_products_of_one_column_block_run_the_whole_k_nest_whatever_the_size_of_
         tex.set_num_threads(before)
 
 
+@pytest.mark.parametrize("cpu", ["znver5", "znver3"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_narrow_products_with_a_long_k_keep_it_in_the_one_vector_tile(dtype):
-    """Below three vectors of columns on AVX-512, a K beyond one kc block still runs in
-    the one-vector tile, A's rows read in place (packing A cost more than the product:
-    16 FMAs an element of A), while B's K x NR panel fits half of L2 and the rows make
-    four row blocks; past those bounds (and for wider products whose block of A would
-    pass L2) the blocked tier packs. Against numpy on both sides of each bound, with A
-    transposed and strided, on 1 and 3 threads."""
-    from tex.scheduler.blocking import default_blocking
+def test_products_of_one_column_block_keep_a_long_k_in_the_tile(cpu, dtype):
+    """A product of one column block (each tier's: AVX-512's one-vector tile below three
+    vectors of columns, the full tile's) with K beyond one kc block runs the whole-k nest,
+    A's rows read in place, while B's K x NR panel fits half of L2, A is read once (one
+    panel of columns, or its block of rows within L2) and the rows make four row blocks;
+    past those bounds the blocked tier packs A. Against numpy on both sides of each
+    bound, with A transposed and strided, on 1 and 3 threads."""
+    from tex.scheduler.blocking import default_blocking, fused_columns
+    t = {"znver5": ZEN5, "znver3": ZEN3}[cpu]
     itemsize = np.dtype(dtype).itemsize
-    bl = default_blocking(dtype, itemsize, ZEN5, vectors=1)
-    reach = (ZEN5.cache(2, 0) // 2) // (bl.nr * itemsize)
-    with targets.overriding(ZEN5):
+    with targets.overriding(t):
         text = str(tex.schedule(matmul(dtype)).auto())
-    assert f"K <= {reach}" in text and f"M >= {4 * bl.mc}" in text, text
-    tile = re.split(r"\n(?:if |elif |else:)", text.split(f"K <= {reach}")[1])[0]
-    assert "A_pack" not in tile and "C_part" not in tile and "B_pack" in tile, tile
-    if targets.missing_here(ZEN5):
-        pytest.skip("this host does not run AVX-512 code")
-    rows, nr = 4 * bl.mc, bl.nr
-    shapes = [(rows, 1025, nr), (rows - 1, 1025, nr), (rows + 5, reach, nr // 2 + 1),
-              (rows + 5, reach + 1, nr), (rows + 7, 2000, 2 * nr + 3), (rows, 3000, nr + 1)]
+    l2 = t.cache(2, 0)
+    shapes = []
+    for vectors in (None, 1) if t.vector_bits == 512 else (None,):
+        bl = default_blocking(dtype, itemsize, t, vectors=vectors)
+        reach = (l2 // 2) // (bl.nr * itemsize)
+        rows, cols = 4 * bl.mc, min(fused_columns(bl), 2 * bl.nr + 3)
+        assert f"K <= {reach}" in text and f"M >= {rows}" in text, text
+        tile = re.split(r"\n(?:if |elif |else:)", text.split(f"K <= {reach}")[1])[0]
+        assert "A_pack" not in tile and "C_part" not in tile and "B_pack" in tile, tile
+        shapes += [(rows, bl.kc + 1, bl.nr), (rows - 1, bl.kc + 1, bl.nr),
+                   (rows + 5, reach, bl.nr - 3), (rows + 5, reach + 1, bl.nr),
+                   (rows + 7, min(reach, l2 // (bl.mc * itemsize)), cols),
+                   (rows, l2 // (bl.mc * itemsize) + 1, bl.nr + 1)]
+    if targets.missing_here(t):
+        pytest.skip(f"this host does not run {cpu}'s code")
     rng = np.random.default_rng(17)
     before = tex.get_num_threads()
     try:
-        with targets.overriding(ZEN5):
+        with targets.overriding(t):
             f = tex.compile(matmul(dtype))
             for threads in (1, 3):
                 tex.set_num_threads(threads)

@@ -172,9 +172,9 @@ def _auto_blocked(stage):
     every row), each built only when a call needs it.
 
     Before each blocked specialization comes one for the calls whose reduction fits
-    one kc block and whose A fits L2 (`whole_k`: the fused nest's order, all of k in
-    the register tile, A read in place), where packing A and blocking k cost more
-    than they save.
+    one kc block and whose A fits L2, or whose columns are one column block with a
+    longer reduction (`whole_k`: the fused nest's order, all of k in the register
+    tile, A read in place), where packing A and blocking k cost more than they save.
 
     In the blocked schedule, when the blocks of the output are too few for the
     threads (123 x 456 from K = 51234), the reduction is split first, into a
@@ -202,8 +202,8 @@ def _auto_blocked(stage):
         block_contraction(target, roles, blocking, k_loop)
 
     def whole_k(target, blocking=blocking):
-        # a reduction that fits one kc block and an A that fits L2: the fused nest's
-        # order (all of k inside the register tile, A read in place from L2 once per
+        # a reduction that fits one kc block and an A that fits L2, or one column
+        # block (fits_whole_k, long_k_in_the_tile): the fused nest's order (all of k inside the register tile, A read in place from L2 once per
         # column block, B packed per column block), without the k blocks' partial sums,
         # A's packing and the split into parts, which cost more than they save there
         # (2 threads, numpy/tex, Zen 5 | AVX2 code with Zen 3's caches: 64^3 0.88 ->
@@ -257,24 +257,34 @@ def _auto_blocked(stage):
                       any_of(less(rows * reduction, l2 // operand_bytes(roles), strict=False),
                              less(cols, fused_columns(bl), strict=False)))
 
-    def long_k_in_the_tile(bl):
-        """The whole-k nest beyond one kc block, for products of one column block: B's K
-        x NR panel in half of L2, A's rows read in place and once (one panel of
-        columns, or A's block of rows within L2), and rows for four row blocks (the
-        blocked tier splits k among the threads when they are fewer). Packing A cost
-        more than the product there, 16 to 112 FMAs an element of A (1 | 2 threads,
-        Emerald Rapids, numpy/tex: 2048 x 2048 @ 2048 x 16 0.64 -> 1.47 | 0.71 -> 1.82,
-        x 8192 @ 8192 x 16 0.70 -> 1.72 | 0.80 -> 1.79; 1024 x 4096 @ 4096 x 40 0.67 ->
-        0.83; 2048 x 2048 @ 2048 x 64 0.94 -> 1.33 | 0.94 -> 1.38; AVX2 code, 1 thread:
-        2048 x 2048 @ 2048 x 16 0.93 -> 1.39, x 4096 @ 4096 x 16 0.99 -> 1.71; x 112
-        columns alike, 0.97 -> 0.98-1.07)."""
+    def long_k_in_the_tile(bl, upper):
+        """The whole-k nest beyond one kc block, for products of one column block whose
+        A streams along k (a k-major A would be packed whole): B's K x NR panel in half
+        of L2, and with more than one panel of columns (each re-reads A's block of rows)
+        that panel and A's mc x K block together within L2; rows for four row blocks
+        (the blocked tier splits k among the threads when they are fewer). Packing A
+        cost more than the product there, 16 to 112 FMAs an element of A (1 | 2
+        threads, Emerald Rapids, numpy/tex: 2048 x 2048 @ 2048 x 16 0.64 -> 1.47 | 0.71
+        -> 1.82, x 8192 @ 8192 x 16 0.70 -> 1.72 | 0.80 -> 1.79; 2048 x 2048 @ 2048 x 64
+        0.94 -> 1.33 | 0.94 -> 1.38; AVX2 code, 1 thread: 2048 x 2048 @ 2048 x 16 0.93
+        -> 1.39, x 4096 @ 4096 x 16 0.99 -> 1.71; x 112 columns alike, 0.97 ->
+        0.98-1.07). With A's block and B's panel each given L2 alone, float64 at 33-96
+        columns and K = 4096 ran 0.65-0.9x the blocked tier. `upper`: the tier's
+        columns are fewer."""
+        from .blocking import _streams_along
+        if not _streams_along(d, roles.a, roles.k):
+            return sp.false
         b = operand_bytes(roles)
         reduction = d.extents[roles.k]
-        return all_of(less(cols, fused_columns(bl), strict=False),
-                      less(reduction, (l2 // 2) // (bl.nr * b), strict=False),
-                      at_least(rows, 4 * bl.mc),
-                      any_of(less(cols, bl.nr, strict=False),
-                             less(reduction, l2 // (bl.mc * b), strict=False)))
+        width = fused_columns(bl)
+        conds = [less(reduction, (l2 // 2) // (bl.nr * b), strict=False),
+                 at_least(rows, 4 * bl.mc)]
+        if upper is None or upper - 1 > width:
+            conds.append(less(cols, width, strict=False))
+        if width > bl.nr:
+            conds.append(any_of(less(cols, bl.nr, strict=False),
+                                less(reduction, l2 // ((bl.nr + bl.mc) * b), strict=False)))
+        return all_of(*conds)
     cases, upper = [], None
     for low, vectors in tiers:
         bl = blocking if vectors is None else default_blocking(red.dtype, operand_bytes(roles),
@@ -283,7 +293,7 @@ def _auto_blocked(stage):
         cond = all_of(at_least(rows, bl.mr), wide if upper is None else
                       all_of(wide, less(cols, upper)))
         if single:
-            fits = any_of(fits_whole_k(bl), long_k_in_the_tile(bl))
+            fits = any_of(fits_whole_k(bl), long_k_in_the_tile(bl, upper))
             cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl)))
         cases.append((cond, functools.partial(blocked, blocking=bl, parts_name=(
             f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))

@@ -1056,27 +1056,36 @@ def test_products_of_one_column_block_keep_a_long_k_in_the_tile(cpu, dtype):
     """A product of one column block (each tier's: AVX-512's one-vector tile below three
     vectors of columns, the full tile's) with K beyond one kc block runs the whole-k nest,
     A's rows read in place, while B's K x NR panel fits half of L2, A is read once (one
-    panel of columns, or its block of rows within L2) and the rows make four row blocks;
-    past those bounds the blocked tier packs A. Against numpy on both sides of each
-    bound, with A transposed and strided, on 1 and 3 threads."""
+    panel of columns, or its block of rows and B's panel within L2) and the rows make
+    four row blocks; past those bounds, or with A read k-major, the blocked tier packs
+    A. Against numpy on both sides of each bound, with A transposed and strided, on 1
+    and 3 threads."""
     from tex.scheduler.blocking import default_blocking, fused_columns
     t = {"znver5": ZEN5, "znver3": ZEN3}[cpu]
     itemsize = np.dtype(dtype).itemsize
     with targets.overriding(t):
         text = str(tex.schedule(matmul(dtype)).auto())
     l2 = t.cache(2, 0)
-    shapes = []
+    shapes, reaches = [], []
     for vectors in (None, 1) if t.vector_bits == 512 else (None,):
         bl = default_blocking(dtype, itemsize, t, vectors=vectors)
         reach = (l2 // 2) // (bl.nr * itemsize)
+        reaches.append(reach)
         rows, cols = 4 * bl.mc, min(fused_columns(bl), 2 * bl.nr + 3)
         assert f"K <= {reach}" in text and f"M >= {rows}" in text, text
         tile = re.split(r"\n(?:if |elif |else:)", text.split(f"K <= {reach}")[1])[0]
         assert "A_pack" not in tile and "C_part" not in tile and "B_pack" in tile, tile
         shapes += [(rows, bl.kc + 1, bl.nr), (rows - 1, bl.kc + 1, bl.nr),
                    (rows + 5, reach, bl.nr - 3), (rows + 5, reach + 1, bl.nr),
-                   (rows + 7, min(reach, l2 // (bl.mc * itemsize)), cols),
-                   (rows, l2 // (bl.mc * itemsize) + 1, bl.nr + 1)]
+                   (rows + 7, min(reach, l2 // ((bl.nr + bl.mc) * itemsize)), cols),
+                   (rows, l2 // ((bl.nr + bl.mc) * itemsize) + 1, bl.nr + 1)]
+    # an A read k-major (A[k, i]) would be packed whole there: its long K stays blocked
+    i, j, k = tex.indices("i j k")
+    At, B = tex.tensor("A", (K, M), dtype), tex.tensor("B", (K, N), dtype)
+    with targets.overriding(t):
+        kmajor = str(tex.schedule(tex.compute("C", (i, j), tex.sum(At[k, i] * B[k, j],
+                                                                     over=k))).auto())
+    assert "K <= " in kmajor and not any(f"K <= {r}" in kmajor for r in reaches), kmajor
     if targets.missing_here(t):
         pytest.skip(f"this host does not run {cpu}'s code")
     rng = np.random.default_rng(17)

@@ -48,7 +48,8 @@ def _target_options(parser):
                         help="generate code for this CPU (LLVM's name: haswell, znver3, "
                              "skylake-avx512, ...): TEX_CPU; FMA peaks are then that code's")
     parser.add_argument("--caches", metavar="L1,L2,L3",
-                        help="cache sizes the blocking assumes, e.g. 32K,512K,32M: TEX_CACHES")
+                        help="cache sizes the blocking assumes, e.g. 32K,512K,32M: TEX_CACHES "
+                             "(an L3 counts at most 32M: blocking.L3_SHARED)")
 
 
 def _target_env(args):

@@ -203,9 +203,10 @@ def _auto_blocked(stage):
 
     def whole_k(target, blocking=blocking):
         # a reduction that fits one kc block and an A that fits L2, or one column
-        # block (fits_whole_k, long_k_in_the_tile): the fused nest's order (all of k inside the register tile, A read in place from L2 once per
-        # column block, B packed per column block), without the k blocks' partial sums,
-        # A's packing and the split into parts, which cost more than they save there
+        # block (fits_whole_k, long_k_in_the_tile): the fused nest's order (all of k
+        # inside the register tile, A read in place from L2 once per column block, B
+        # packed per column block), without the k blocks' partial sums, A's packing
+        # and the split into parts, which cost more than they save there
         # (2 threads, numpy/tex, Zen 5 | AVX2 code with Zen 3's caches: 64^3 0.88 ->
         # 1.45 | 0.67 -> 0.92, 256^3 1.48 -> 2.41 | 0.86 -> 1.19, 1000 products of
         # 16 x 16 0.60 -> 1.22 | 0.73 -> 1.20). With A in L3 only it lost on AVX2 (2048

@@ -137,7 +137,7 @@ def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
     - nc: the packed B block (kc x nc) in an eighth of L3, a multiple of NR: the L3 of
       a cloud machine is shared with other tenants' cores (Zen 3, 32 MiB L3: a 4 MiB
       B block ran 2048^3 at 87 GFLOP/s, 1 MiB at 94). L3 counts at most L3_SHARED
-      (below)."""
+      (a server's whole-socket L3 is not one core's to use)."""
     machine = machine or target()
     registers = machine.vector_registers
     lanes = machine.lanes(dtype)

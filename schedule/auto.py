@@ -269,9 +269,8 @@ def _auto_blocked(stage):
         -> 1.82, x 8192 @ 8192 x 16 0.70 -> 1.72 | 0.80 -> 1.79; 2048 x 2048 @ 2048 x 64
         0.94 -> 1.33 | 0.94 -> 1.38; AVX2 code, 1 thread: 2048 x 2048 @ 2048 x 16 0.93
         -> 1.39, x 4096 @ 4096 x 16 0.99 -> 1.71; x 112 columns alike, 0.97 ->
-        0.98-1.07). With A's block and B's panel each given L2 alone, float64 at 33-96
-        columns and K = 4096 ran 0.65-0.9x the blocked tier. `upper`: the tier's
-        columns are fewer."""
+        0.98-1.07); float64 at 33-96 columns, K = 4096, when A's block and B's panel
+        each had all of L2: 0.65-0.9x. `upper`: the tier's columns are fewer."""
         from .blocking import _streams_along
         if not _streams_along(d, roles.a, roles.k):
             return sp.false

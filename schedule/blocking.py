@@ -110,7 +110,8 @@ NARROW_MR = 12      # register tile rows at most with one or two vectors of colu
 # the L3 a block may count on: a server's L3 as /sys reports it is the whole socket's,
 # in slices spread over dozens of cores that other tenants run on (a 2-core VM of an
 # Emerald Rapids Xeon sees 300 MiB: nc = 4096 made 2048^3 on 2 threads one column block
-# for both threads, 169 GFLOP/s against 201-214 with the nc = 1024 of a 32 MiB L3)
+# for both threads, 169 GFLOP/s against 201 with the nc = 1024 of a 32 MiB L3 while
+# numpy's BLAS worker spun on one CPU, 212 against 214 without it; 1 thread 3-8% slower)
 L3_SHARED = 32 << 20
 
 

@@ -181,9 +181,9 @@ def _auto_blocked(stage):
     call-time number of parts (AUTO_PARTS, with the blocks as the rows): one part is
     the output itself, so shapes with blocks enough pay nothing for it.
     Returns whether the stage is done (False: the generic heuristics follow)."""
-    from .blocking import (block_contraction, block_fused_contraction, contraction_roles,
-                           default_blocking, full_tile_vectors, fused_columns,
-                           operand_bytes, parallel_blocks)
+    from .blocking import (_streams_along, block_contraction, block_fused_contraction,
+                           contraction_roles, default_blocking, full_tile_vectors,
+                           fused_columns, operand_bytes, parallel_blocks)
     d = stage.definition
     roles = contraction_roles(d)
     if roles is None:
@@ -271,7 +271,6 @@ def _auto_blocked(stage):
         -> 1.39, x 4096 @ 4096 x 16 0.99 -> 1.71; x 112 columns alike, 0.97 ->
         0.98-1.07); float64 at 33-96 columns, K = 4096, when A's block and B's panel
         each had all of L2: 0.65-0.9x. `upper`: the tier's columns are fewer."""
-        from .blocking import _streams_along
         if not _streams_along(d, roles.a, roles.k):
             return sp.false
         b = operand_bytes(roles)

@@ -30,7 +30,7 @@ from tex.errors import ScheduleError
 from tex.expr import (Access, AutoParts, all_of, any_of, at_least, less, negation,
                       walk as walk_expr)
 
-from .order import prefers_reduction_outside, unit_stride_score
+from .order import prefers_reduction_outside, stream_reads, unit_stride_score
 from .strategies import accumulator_span, reduction_strategy
 from .target import target
 
@@ -50,13 +50,8 @@ def auto_schedule(sched, fuse=True, keep=()):
             continue
         if _auto_blocked(stage) or _auto_streamed_rows(stage):
             continue
-        if prefers_reduction_outside(d):
-            last = d.indices[-1]
-            order = [x for x in d.indices if x is not last] + list(d.reduction.over) + [last]
-            try:
-                stage.reorder(*order)
-            except ScheduleError:          # an order the legality rules refuse: keep default
-                pass
+        if d.reduction is not None:
+            stream_reads(stage, 4 * target().lanes(d.reduction.dtype))
         for nest in _row_accumulators(stage) or (stage,):
             _auto_reduction_strategy(nest)
             _auto_split_k(nest)

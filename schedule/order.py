@@ -31,3 +31,48 @@ def prefers_reduction_outside(defn):
     both = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
             uses(n, last) and uses(n, reduced)]
     return unit_stride_score(both, last) > unit_stride_score(both, reduced)
+
+
+def stream_reads(stage, block):
+    """The auto schedule's loop order for a reduction stage (a handle, schedule/
+    handles.py) whose reads stream with an output index inside the reduction loops
+    (index_inside_reduction). An index other than the output's last runs in blocks of
+    `block` inside the reductions: the block's partial results stay in a local
+    accumulator, written to the output's strided column once per block (`ijb->bi`, 64
+    x 128 x 256 float32 over a row-major X, Emerald Rapids, 2 threads: in output order,
+    each element of X a strided read, 15.7 ms; the column accumulated in memory 12 ms;
+    in blocks 0.45 ms, numpy 0.40). An order the legality rules refuse is left as is."""
+    from tex.errors import ScheduleError
+    d = stage.definition
+    inside = index_inside_reduction(d)
+    if inside is None:
+        return
+    others = [x for x in d.indices if x is not inside]
+    try:
+        if inside is d.indices[-1]:
+            stage.reorder(*others, *d.reduction.over, inside)
+            return
+        outer, inner = stage.split(inside, block)
+        stage.reorder(*others, outer, *d.reduction.over, inner)
+    except ScheduleError:
+        pass
+
+
+def index_inside_reduction(defn):
+    """The output index to run inside the reduction loops, or None: the last one when
+    prefers_reduction_outside, else another output index that the reads moving with the
+    innermost reduction step by one where neither the last index nor the reduction does
+    (`ijb->bi` over a row-major X[i, j, b])."""
+    if prefers_reduction_outside(defn):
+        return defn.indices[-1]
+    red = defn.reduction
+    if red is None or len(defn.indices) < 2:
+        return None
+    reduced = red.over[-1]
+    reads = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
+             reduced in set().union(*(sp.sympify(ix).free_symbols for ix in n.index))]
+    if unit_stride_score(reads, defn.indices[-1]) or unit_stride_score(reads, reduced):
+        return None
+    scores = {x: unit_stride_score(reads, x) for x in defn.indices[:-1]}
+    best = max(scores, key=scores.get)
+    return best if scores[best] else None

@@ -165,6 +165,41 @@ def test_strided_and_transposed_views():
     check("i,i", a[0, ::-3], a[1, 1::3])
 
 
+def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
+    """An operand whose strides are not row-major runs as the einsum of its row-major
+    transpose, labels permuted with it (tex/layout.py): the kernel the call compiles is
+    keyed by the permuted subscripts, and the results, order=, out= and error messages
+    are those of the call as written. The side of a product that the register tile
+    broadcasts stays as written."""
+    from tex.backends.llvm import warm
+    a, b = arrays((63, 65), (65, 7))
+    f, g = np.asfortranarray(a), np.asfortranarray(b)
+    cube = RNG.standard_normal((7, 5, 3)).transpose(2, 0, 1)       # strides (8, 120, 24)
+    cases = [("ij->i", f), ("ij->j", f), ("ij", f), ("ij->ji", f), ("ij->", f),
+             ("ij,ij->ij", f, a), ("ij,ij->i", f, f), ("ij,jk->ik", f, g), ("ij,jk", a, g),
+             ("bij->bi", cube), ("bij,bij->ib", cube, cube.copy()), ("ii->i", f[:7, :7]),
+             ("ij,j->i", f[::2, ::-3], a[0, ::3]), ("ij->i", f[:, 1:2])]
+    for subscripts, *operands in cases:
+        check(subscripts, *operands)
+    warm._guards.clear()
+    tex.einsum("ij->i", f)
+    tex.einsum("ij,jk->ik", f, g)
+    tex.einsum("bij->bi", cube)
+    assert {"ji->i", "ij,kj->ik", "ijb->bi"} <= set(warm._guards), sorted(warm._guards)
+    assert "ij->i" not in warm._guards and "ij,jk->ik" not in warm._guards
+    assert tex.einsum("ij,ij->ij", f, f, order="A").flags.f_contiguous
+    assert tex.einsum("ij,ij->ij", f, f).flags.c_contiguous
+    out = np.empty((63, 7), order="F")[::-1]
+    assert tex.einsum("ij,jk->ik", f, g, out=out) is out
+    np.testing.assert_allclose(out, a @ b)
+    for bad in [(f, f), (f, a)]:
+        with pytest.raises(ValueError) as as_written:
+            tex.einsum("ij,jk->ik", *bad)
+        with pytest.raises(ValueError) as row_major:
+            tex.einsum("ij,jk->ik", *[np.ascontiguousarray(x) for x in bad])
+        assert str(as_written.value) == str(row_major.value)
+
+
 def test_out():
     a, b = arrays((3, 4), (4, 5))
     out = np.empty((3, 5))
@@ -354,7 +389,8 @@ def test_tex_tensors_build_ir():
     assert F.name != E.name
     a, b, x = arrays((3, 4), (4, 5), (5,), dtype=np.float32)
     f = tex.compile(F)
-    np.testing.assert_allclose(f(a, b, x), a @ b @ x, rtol=1e-5)
+    # float32 sums of 20 products: an element near 0 needs the absolute tolerance
+    np.testing.assert_allclose(f(a, b, x), a @ b @ x, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="could not be broadcast together"):
         tex.einsum("ik,kj->ij", A, tex.tensor("C", (N, N), "float32"))
     with pytest.raises(TypeError, match="out="):

@@ -1051,6 +1051,34 @@ def test_products_of_one_column_block_run_the_whole_k_nest_whatever_the_size_of_
 
 
 @pytest.mark.parametrize("cpu", ["znver5", "znver3"])
+def test_a_k_major_panel_is_copied_row_by_row(cpu):
+    """A's panel of a product with A read k-major (A[k, i], A_pack[ir, k, ii]) is copied
+    with the loop over A's rows outermost, each row read once across the panel's tiles;
+    a row-major A's copy keeps the panel's order (its innermost loop strides by K).
+    Results against numpy where A is packed, at sizes no tile divides."""
+    t = {"znver5": ZEN5, "znver3": ZEN3}[cpu]
+    i, j, k = tex.indices("i j k")
+    At, B = tex.tensor("A", (K, M), "float32"), tex.tensor("B", (K, N), "float32")
+    kmajor = tex.compute("C", (i, j), tex.sum(At[k, i] * B[k, j], over=k))
+    with targets.overriding(t):
+        texts = {"k": str(tex.schedule(kmajor).auto()),
+                 "i": str(tex.schedule(matmul("float32")).auto())}
+    for first, text in texts.items():
+        lines = text.splitlines()
+        copies = [lines[n + 1].split()[1] for n, line in enumerate(lines)
+                  if line.strip().startswith("alloc A_pack")]
+        assert copies and all(v.startswith(first) for v in copies), (copies, text)
+    if targets.missing_here(t):
+        pytest.skip(f"this host does not run {cpu}'s code")
+    rng = np.random.default_rng(5)
+    with targets.overriding(t):
+        f = tex.compile(kmajor)
+        for m, kk, n in [(130, 1100, 65), (7, 3, 1), (65, 2500, 17), (257, 64, 200)]:
+            a, b = operands(rng, m, n, kk, "float32")
+            check(f(A=np.ascontiguousarray(a.T), B=b), expected(a, b), kk)
+
+
+@pytest.mark.parametrize("cpu", ["znver5", "znver3"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_products_of_one_column_block_keep_a_long_k_in_the_tile(cpu, dtype):
     """A product of one column block (each tier's: AVX-512's one-vector tile below three

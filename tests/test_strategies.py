@@ -561,6 +561,37 @@ def test_auto_order_counts_only_reads_that_move_with_both_loops():
         np.testing.assert_allclose(tex.compile(cols)(x), x.sum(0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("combiner", ["sum", "max", "argmax"])
+def test_auto_order_streams_an_output_index_that_is_not_the_last(combiner):
+    """O[b, i] = reduce over j of X[i, j, b], X row-major: in output order each read of
+    X strides by B. The auto schedule runs b inside the reduction in blocks of four
+    vectors, their partial results in a local accumulator written to O's column once a
+    block; X then streams. The results match numpy at sizes no block divides, for
+    positional combiners too."""
+    from tex.scheduler.order import index_inside_reduction, prefers_reduction_outside
+    I, J, B = tex.sizes("I J B")
+    i, j, b = tex.indices("i j b")
+    X = tex.tensor("X", (I, J, B), "float32")
+    O = tex.compute("O", (b, i), getattr(tex, combiner)(X[i, j, b], over=j))
+    assert not prefers_reduction_outside(O) and index_inside_reduction(O) is b
+    s = tex.schedule(O).auto()
+    block = 4 * target().lanes(O.reduction.dtype)
+    loops = [line.split()[1] for line in str(s).splitlines() if line.strip().startswith("for ")]
+    assert loops[:2] == ["i", "bo"] and "j" in loops and loops[-1] == "bi", str(s)
+    assert f"Min({block}, " in str(s) and "O_acc[bi]" in str(s), str(s)
+    f = tex.compile(s)
+    rng = np.random.default_rng(8)
+    for shape in [(1, 1, 1), (7, 3, 65), (2, 63, block + 1), (3, 5, 1000)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = getattr(np, combiner)(x, axis=1).T
+        got = f(x)
+        if combiner == "sum":
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        else:
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(f(x[:, :, ::-1]).shape, want.shape)
+
+
 @pytest.mark.parametrize("cpu", [None, ZEN3], ids=["host", "zen3"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("combiner", ["max", "min"])

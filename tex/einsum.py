@@ -44,14 +44,14 @@ import sympy as sp
 from . import dtypes
 from .errors import ShapeError
 from .gcpause import paused
+from .layout import fortran_result
 from .expr import Index, cast, sizes
 from .expr import sum as tex_sum
 from .program import Program
 from .tensor import Tensor, compute, tensor
 from .backends.llvm import warm
 from .backends.llvm.warm import Kernel as _Kernel
-from .backends.llvm.warm import make_guard as _make_guard, ones_patterns as _ones_patterns, \
-    reordered as _reordered
+from .backends.llvm.warm import make_guard as _make_guard, reordered as _reordered
 
 ELLIPSIS = "..."
 _LETTERS = frozenset(string.ascii_letters)
@@ -444,8 +444,7 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
         sizes = [{d: n for t, shape in zip(tensors, c) for d, n in zip(t.shape, shape)
                   if isinstance(d, sp.Symbol)} for c in calls]
         fn, perm = _compile_with_order(program, tensors, sizes)
-    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs],
-                        _ones_patterns(key))
+    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs], key)
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
     return entry, calls
@@ -593,8 +592,7 @@ def _check_out_and_order(entry, arrays, out, order):
             raise TypeError("keyword parameter out must be an array for einsum")
         return out
     if layout == "A":
-        fortran = all(a.flags.f_contiguous for a in arrays)
-        layout = "F" if fortran and not all(a.flags.c_contiguous for a in arrays) else "C"
+        layout = fortran_result(arrays)
     if layout == "C" or len(entry.out_dims) < 2:
         return None
     shape = tuple(arrays[k].shape[axis] for k, axis in entry.out_dims)

@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from tex.errors import ShapeError
+from tex.layout import axis_order, canonical_layout, checked_operands, fortran_result
 
 from .calls import _NUM_THREADS, thread_parts
 
@@ -53,7 +54,9 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
     """numpy.einsum on tex's compiled code: operands that np.asarray takes give an ndarray
     (a numpy scalar for a 0-d result, or `out`); any tex Tensor operand gives the
     Definition instead (IR, nothing runs). Kernels are cached by subscripts, operand
-    dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`."""
+    dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`; a
+    Fortran-ordered or transposed operand runs as the einsum of its row-major
+    transpose (tex/layout.py)."""
     if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
             and order == "K" and (optimize is False or optimize is True)):
         guard = _guards.get(subscripts)
@@ -61,6 +64,19 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
             result = guard(*operands)
             if result is not MISS:
                 return result
+    if subscripts.__class__ is str:
+        # an operand out of the layout its kernel assumes (which the guard refuses)
+        layout = canonical_layout(subscripts, operands)
+        if layout is not None:
+            if isinstance(order, str) and order.upper() == "A":
+                order = fortran_result(operands)
+            try:
+                return einsum(layout[0], *layout[1], dtype=dtype, out=out,
+                              optimize=optimize, casting=casting, order=order)
+            except ValueError:
+                pass        # the call as written, for the error message in its own terms
+    if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
+            and order == "K" and (optimize is False or optimize is True)):
         entry = _warm_entry(subscripts, operands)
         if entry is not None:
             result = entry.guard(*operands)
@@ -89,17 +105,23 @@ def ones_patterns(key):
     return [p if isinstance(p, tuple) else None for p in key[5::2]]
 
 
-def make_guard(fn, perm, scalar, dtypes_in, ones):
+def make_guard(fn, perm, scalar, dtypes_in, key):
     """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
-    kernel's dtype with the kernel's pattern of 1s (`ones`, from ones_patterns) and the
-    kernel accepts their shapes, else MISS. Another pattern of 1s has a kernel of its
-    own (a row vector's, where a label's dimensions are all 1), so the guard of a kernel
-    without 1s refuses shapes with one; the kernel's size checks refuse the rest
-    (ShapeError), which sends the call to the general path."""
+    kernel's dtype with the kernel's pattern of 1s (from kernel_key `key`), in the
+    layout the kernel is for (tex/layout.py), and the kernel accepts their shapes, else
+    MISS. Another pattern of 1s has a kernel of its own (a row vector's, where a label's
+    dimensions are all 1), so the guard of a kernel without 1s refuses shapes with one;
+    the kernel's size checks refuse the rest (ShapeError), which sends the call to the
+    general path."""
+    ones = ones_patterns(key)
+    ranks = [len(r) if isinstance(r, tuple) else r for r in key[5::2]]
+    checked = checked_operands(key[0], len(dtypes_in))
     xs = [f"x{k}" for k in range(len(dtypes_in))]
     test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k} and " +
                         (f"1 not in {x}.shape" if ones[k] is None else
-                         f"_ones({x}.shape) == _one{k}")
+                         f"_ones({x}.shape) == _one{k}") +
+                        (f" and ({x}.flags.c_contiguous or _laid_out({x}))"
+                         if k in checked and ranks[k] > 1 else "")
                         for k, x in enumerate(xs))
     args = ", ".join(xs[p] for p in (perm or range(len(xs))))
     src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
@@ -110,6 +132,7 @@ def make_guard(fn, perm, scalar, dtypes_in, ones):
            f"            pass\n"
            f"    return _MISS\n")
     scope = {"fn": fn, "_nd": _ndarray, "_MISS": MISS, "ShapeError": ShapeError,
+             "_laid_out": lambda a: axis_order(a) is None,
              "_ones": lambda shape: tuple(d == 1 for d in shape),
              **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)},
              **{f"_one{k}": p for k, p in enumerate(ones)}}
@@ -280,7 +303,7 @@ def _load(ckey, key):
     perm = None if rec["perm"] is None else tuple(rec["perm"])
     dtypes_in = [np.dtype(s) for s in rec["dtypes_in"]]
     dtypes_in = [dt if dt.isnative else np.dtype(dt.type) for dt in dtypes_in]
-    guard = make_guard(fn, perm, rec["scalar"], dtypes_in, ones_patterns(key))
+    guard = make_guard(fn, perm, rec["scalar"], dtypes_in, key)
     STATS["loaded"] += 1
     _loaded_keys[key] = [tuple(map(tuple, shapes)) for shapes in rec.get("calls", [])]
     return Kernel(fn, perm, np.dtype(rec["dtype"]), rec["scalar"],

@@ -8,7 +8,7 @@ import numpy as np
 
 import tex
 
-from .harness import compare, tex_threads, time_per_call, workload
+from .harness import BLAS, compare, tex_threads, time_per_call, workload
 
 REDUCTION_STRATEGIES = ("inner_parallel", "inner_reduction", "vector_accumulator")
 _STREAM_GBS = {}        # "1T", "all": this run's streaming read bandwidth, for the notes
@@ -144,6 +144,43 @@ def stream_read_bandwidth(opts):
     _STREAM_GBS.update({"all": result.rate(result.tex_s), "1T": result.rate(one)})
     result.extra.update({"1T GB/s": _STREAM_GBS["1T"], "schedule": best})
     return result
+
+
+# operands in other layouts (tex/layout.py, schedule/order.py's stream_reads)
+def _layout_case(opts, subscripts, operands, baseline, label, threads=1):
+    total = sum(a.nbytes for a in operands)
+    return compare(partial(tex.einsum, subscripts, *operands), {label: baseline}, opts,
+                   unit="GB/s", work=total, threads=threads,
+                   reference=lambda: np.einsum(subscripts, *[a.astype(np.float64)
+                                                             for a in operands]
+                                               ).astype(np.float32))
+
+
+@workload
+def layout_rowsum_fortran_4096x1024(opts):
+    """tex.einsum("ij->i") over a Fortran-ordered float32[4096x1024] (16 MiB) vs
+    a.sum(axis=1): the kernel of `ji->i` runs on its row-major transpose."""
+    a = np.asfortranarray(_rng().random((4096, 1024), dtype=np.float32))
+    return _layout_case(opts, "ij->i", [a], partial(a.sum, axis=1), "a.sum(axis=1)")
+
+
+@workload
+def layout_sum_middle_axis_transposed_256x64x128(opts):
+    """tex.einsum("bij->bi") over float32[64x128x256].transpose(2, 0, 1) (8 MiB: its
+    b axis has unit stride) vs x.sum(axis=2): `ijb->bi`, b in blocks inside the sum."""
+    x = _rng().random((64, 128, 256), dtype=np.float32).transpose(2, 0, 1)
+    return _layout_case(opts, "bij->bi", [x], partial(x.sum, axis=2), "x.sum(axis=2)")
+
+
+@workload
+def layout_row_times_fortran_1x4096x4096(opts):
+    """tex.einsum("k,kj->j") of float32[4096] and a Fortran-ordered float32[4096x4096]
+    (64 MiB) vs x @ b: the kernel of `k,jk->j` (dot products along b's columns)."""
+    rng = _rng()
+    x, b = rng.random(4096, dtype=np.float32), np.asfortranarray(
+        rng.random((4096, 4096), dtype=np.float32))
+    return _layout_case(opts, "k,kj->j", [x, b], partial(np.matmul, x, b), "x @ b",
+                        threads=BLAS)
 
 
 # (name, docstring, combiner, shape, dtype, accumulator)

@@ -169,8 +169,9 @@ def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
     """An operand whose strides are not row-major runs as the einsum of its row-major
     transpose, labels permuted with it (tex/layout.py): the kernel the call compiles is
     keyed by the permuted subscripts, and the results, order=, out= and error messages
-    are those of the call as written. The side of a product that the register tile
-    broadcasts stays as written."""
+    are those of the call as written, and a map's result has its operands' layout, as
+    numpy's order='K' gives it. The side of a product that the register tile broadcasts
+    stays as written."""
     from tex.backends.llvm import warm
     a, b = arrays((63, 65), (65, 7))
     f, g = np.asfortranarray(a), np.asfortranarray(b)
@@ -188,7 +189,15 @@ def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
     assert {"ji->i", "ij,kj->ik", "ijb->bi"} <= set(warm._guards), sorted(warm._guards)
     assert "ij->i" not in warm._guards and "ij,jk->ik" not in warm._guards
     assert tex.einsum("ij,ij->ij", f, f, order="A").flags.f_contiguous
-    assert tex.einsum("ij,ij->ij", f, f).flags.c_contiguous
+    assert tex.einsum("ij,ij->ij", f, f, order="C").flags.c_contiguous
+    # order='K': a map over operands of one layout writes its result in that layout,
+    # as numpy does (the kernel of `ji,ji->ji`, its result transposed back)
+    for subscripts, *operands in [("ij,ij->ij", f, f), ("ij", f), ("ij,ij", f, f),
+                                  ("bij,bij->bij", cube, cube), ("bij->jbi", cube),
+                                  ("ij,ij->ij", f, a), ("ij,ij->ji", f, f)]:
+        got, want = check(subscripts, *operands), np.einsum(subscripts, *operands)
+        assert got.strides == want.strides, (subscripts, got.strides, want.strides)
+    assert "ji,ji->ji" in warm._guards
     out = np.empty((63, 7), order="F")[::-1]
     assert tex.einsum("ij,jk->ik", f, g, out=out) is out
     np.testing.assert_allclose(out, a @ b)

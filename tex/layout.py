@@ -22,9 +22,14 @@ import numpy as np
 _ndarray = np.ndarray
 
 
-def canonical_layout(subscripts, operands):
-    """(subscripts, operands) with each strided ndarray operand's axes in largest-stride-
-    first order and its labels permuted with them, or None when no operand needs it.
+def canonical_layout(subscripts, operands, output_follows=False):
+    """(subscripts, operands, result axes) with each strided ndarray operand's axes in
+    largest-stride-first order and its labels permuted with them, or None when no
+    operand needs it. With `output_follows` (order='K' without out=), an einsum whose
+    operands all carry the output's labels, in one order other than the output's (an
+    elementwise map over Fortran-ordered arrays), writes its result in that order, and
+    the result axes (else None) transpose it back: the result then has its operands'
+    layout, as numpy's order='K' gives it, and the kernel streams every array.
 
     Only explicit labels are rewritten (no `...`), only operands that are all exact
     ndarrays, and not an operand with a dimension of 1 or 0 or a stride of 0 (a
@@ -43,7 +48,13 @@ def canonical_layout(subscripts, operands):
             return None
         terms[k] = "".join(terms[k][axis] for axis in order)
         operands[k] = operands[k].transpose(order)
-    return ",".join(terms) + arrow + output, operands
+    labels = output if arrow else _implicit_output(terms)
+    first = terms[0]
+    if output_follows and first != labels and len(set(first)) == len(first) and \
+            sorted(first) == sorted(labels) and all(t == first for t in terms):
+        return (",".join(terms) + "->" + first, operands,
+                tuple(first.index(c) for c in labels))
+    return ",".join(terms) + arrow + output, operands, None
 
 
 def axis_order(a):

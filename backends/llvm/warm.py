@@ -66,15 +66,17 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
                 return result
     if subscripts.__class__ is str:
         # an operand out of the layout its kernel assumes (which the guard refuses)
-        layout = canonical_layout(subscripts, operands)
+        layout = canonical_layout(subscripts, operands, out is None and order == "K")
         if layout is not None:
             if isinstance(order, str) and order.upper() == "A":
                 order = fortran_result(operands)
             try:
-                return einsum(layout[0], *layout[1], dtype=dtype, out=out,
-                              optimize=optimize, casting=casting, order=order)
+                result = einsum(layout[0], *layout[1], dtype=dtype, out=out,
+                                optimize=optimize, casting=casting, order=order)
             except ValueError:
                 pass        # the call as written, for the error message in its own terms
+            else:
+                return result if layout[2] is None else result.transpose(layout[2])
     if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
             and order == "K" and (optimize is False or optimize is True)):
         entry = _warm_entry(subscripts, operands)

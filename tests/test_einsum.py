@@ -209,6 +209,38 @@ def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
         assert str(as_written.value) == str(row_major.value)
 
 
+def test_tall_products_of_a_k_major_operand_run_transposed():
+    """A product whose broadcast side is read k-major (`ki,kj->ij`, or `ik,kj->ij` with
+    A a transposed view), at least TALL rows per column, at most NARROW columns and a
+    reduction of at least LONG runs as `ki,kj->ji`, its result copied out C-ordered;
+    on each side of each bound the results match numpy, first call and guard path, and
+    the guard of the kernel as written refuses the shapes that run transposed."""
+    from tex import layout
+    from tex.backends.llvm import warm
+    rng = np.random.default_rng(3)
+    tall, narrow, long = layout.TALL, layout.NARROW, layout.LONG
+    shapes = [(tall * 7, long, 7, True), (tall * 7 - 1, long, 7, False),
+              (tall * 7, long - 1, 7, False), (tall * (narrow + 1), long, narrow + 1, False),
+              (tall * narrow, long + 5, narrow, True), (130, 1100, 1, True)]
+    tex.einsum("ki,kj->ij", *arrays((3, 5), (3, 2), dtype=np.float32))
+    for m, k, n, transposed in shapes:
+        x = rng.standard_normal((k, m)).astype(np.float32)
+        w = rng.standard_normal((k, n)).astype(np.float32)
+        want = x.T.astype(np.float64) @ w
+        for subscripts, operands in [("ki,kj->ij", (x, w)), ("ik,kj->ij", (x.T, w)),
+                                     ("kj,ki->ij", (w, x)), ("ki,kj", (x, w))]:
+            assert (layout.transposed_product(subscripts, operands) is not None) is \
+                transposed, (subscripts, m, k, n)
+            for _ in range(2):
+                got = tex.einsum(subscripts, *operands)
+                assert got.flags.c_contiguous and got.dtype == np.float32
+                np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * k ** 0.5)
+        if n > 1:
+            assert (warm._guards["ki,kj->ij"](x, w) is warm.MISS) is transposed
+    with pytest.raises(ValueError, match="subscript 'k' has size"):
+        tex.einsum("ki,kj->ij", x, w[:-1])
+
+
 def test_out():
     a, b = arrays((3, 4), (4, 5))
     out = np.empty((3, 5))

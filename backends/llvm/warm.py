@@ -30,7 +30,9 @@ import sys
 import numpy as np
 
 from tex.errors import ShapeError
-from tex.layout import axis_order, canonical_layout, checked_operands, fortran_result
+from tex import layout
+from tex.layout import (axis_order, canonical_layout, checked_operands, fortran_result,
+                        product_sides, tall_k_major, transposed_product)
 
 from .calls import _NUM_THREADS, thread_parts
 
@@ -65,18 +67,11 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
             if result is not MISS:
                 return result
     if subscripts.__class__ is str:
-        # an operand out of the layout its kernel assumes (which the guard refuses)
-        layout = canonical_layout(subscripts, operands, out is None and order == "K")
-        if layout is not None:
-            if isinstance(order, str) and order.upper() == "A":
-                order = fortran_result(operands)
-            try:
-                result = einsum(layout[0], *layout[1], dtype=dtype, out=out,
-                                optimize=optimize, casting=casting, order=order)
-            except ValueError:
-                pass        # the call as written, for the error message in its own terms
-            else:
-                return result if layout[2] is None else result.transpose(layout[2])
+        # an operand out of the layout its kernel assumes, or a tall product of a k-major
+        # operand (which the guard refuses): the einsum rewritten (tex/layout.py)
+        result = _rewritten(subscripts, operands, dtype, out, optimize, casting, order)
+        if result is not MISS:
+            return result
     if (subscripts.__class__ is str and dtype is None and out is None and casting == "safe"
             and order == "K" and (optimize is False or optimize is True)):
         entry = _warm_entry(subscripts, operands)
@@ -90,6 +85,29 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
         warmup.start_llvm()
         _full.append(importlib.import_module("tex.einsum")._einsum)
     return _full[0](subscripts, operands, dtype, out, optimize, casting, order)
+
+
+def _rewritten(subscripts, operands, dtype, out, optimize, casting, order):
+    """einsum's result through canonical_layout or transposed_product, or MISS when
+    neither applies or the rewritten call refuses the operands (the call as written then
+    raises, in the user's own terms)."""
+    layout = canonical_layout(subscripts, operands, out is None and order == "K")
+    if layout is None and out is None and order in ("K", "C"):
+        layout = transposed_product(subscripts, operands)
+        order = "C"
+    if layout is None:
+        return MISS
+    if isinstance(order, str) and order.upper() == "A":
+        order = fortran_result(operands)
+    try:
+        result = einsum(layout[0], *layout[1], dtype=dtype, out=out, optimize=optimize,
+                        casting=casting, order=order)
+    except ValueError:
+        return MISS
+    if layout[2] is None:
+        return result
+    result = result.transpose(layout[2])
+    return result if order == "K" else np.ascontiguousarray(result)
 
 
 def kernel_key(subscripts, arrays, dtype, casting, optimize):
@@ -107,6 +125,20 @@ def ones_patterns(key):
     return [p if isinstance(p, tuple) else None for p in key[5::2]]
 
 
+def _tall_test(sides):
+    """The guard's refusal of the shapes that transposed_product runs (product_sides'
+    `sides`, None: none): the shape tests inline, so that a small product's call pays
+    for two comparisons, then tall_k_major."""
+    if sides is None:
+        return ""
+    p, q, terms, output = sides
+    summed = [f"x{p}.shape[{n}]" for n, c in enumerate(terms[p])
+              if c in terms[q] and c not in output]
+    return (f" and not (x{p}.ndim == {len(terms[p])} and x{q}.ndim == {len(terms[q])} and "
+            f"x{q}.shape[{terms[q].index(output[-1])}] <= {layout.NARROW} and "
+            f"{' * '.join(summed)} >= {layout.LONG} and _tall_k_major(_sides, (x0, x1)))")
+
+
 def make_guard(fn, perm, scalar, dtypes_in, key):
     """`guard(*operands)`: the kernel's result if every operand is an ndarray of the
     kernel's dtype with the kernel's pattern of 1s (from kernel_key `key`), in the
@@ -118,13 +150,14 @@ def make_guard(fn, perm, scalar, dtypes_in, key):
     ones = ones_patterns(key)
     ranks = [len(r) if isinstance(r, tuple) else r for r in key[5::2]]
     checked = checked_operands(key[0], len(dtypes_in))
+    sides = product_sides(key[0]) if len(dtypes_in) == 2 else None
     xs = [f"x{k}" for k in range(len(dtypes_in))]
     test = " and ".join(f"{x}.__class__ is _nd and {x}.dtype is _dt{k} and " +
                         (f"1 not in {x}.shape" if ones[k] is None else
                          f"_ones({x}.shape) == _one{k}") +
                         (f" and ({x}.flags.c_contiguous or _laid_out({x}))"
                          if k in checked and ranks[k] > 1 else "")
-                        for k, x in enumerate(xs))
+                        for k, x in enumerate(xs)) + _tall_test(sides)
     args = ", ".join(xs[p] for p in (perm or range(len(xs))))
     src = (f"def guard({''.join(x + '=_MISS, ' for x in xs)}*rest):\n"
            f"    if not rest and {test}:\n"
@@ -135,6 +168,7 @@ def make_guard(fn, perm, scalar, dtypes_in, key):
            f"    return _MISS\n")
     scope = {"fn": fn, "_nd": _ndarray, "_MISS": MISS, "ShapeError": ShapeError,
              "_laid_out": lambda a: axis_order(a) is None,
+             "_tall_k_major": tall_k_major, "_sides": sides,
              "_ones": lambda shape: tuple(d == 1 for d in shape),
              **{f"_dt{k}": dt for k, dt in enumerate(dtypes_in)},
              **{f"_one{k}": p for k, p in enumerate(ones)}}

@@ -173,9 +173,9 @@ def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
     numpy's order='K' gives it. The side of a product that the register tile broadcasts
     stays as written."""
     from tex.backends.llvm import warm
-    a, b = arrays((63, 65), (65, 7))
+    a, b = arrays((63, 650), (650, 7))              # above layout.SMALL, as float64
     f, g = np.asfortranarray(a), np.asfortranarray(b)
-    cube = RNG.standard_normal((7, 5, 3)).transpose(2, 0, 1)       # strides (8, 120, 24)
+    cube = RNG.standard_normal((17, 15, 23)).transpose(2, 0, 1)    # b's stride the least
     cases = [("ij->i", f), ("ij->j", f), ("ij", f), ("ij->ji", f), ("ij->", f),
              ("ij,ij->ij", f, a), ("ij,ij->i", f, f), ("ij,jk->ik", f, g), ("ij,jk", a, g),
              ("bij->bi", cube), ("bij,bij->ib", cube, cube.copy()), ("ii->i", f[:7, :7]),
@@ -188,6 +188,8 @@ def test_fortran_ordered_and_transposed_operands_run_in_their_own_layout():
     tex.einsum("bij->bi", cube)
     assert {"ji->i", "ij,kj->ik", "ijb->bi"} <= set(warm._guards), sorted(warm._guards)
     assert "ij->i" not in warm._guards and "ij,jk->ik" not in warm._guards
+    tex.einsum("ij->i", f[:8, :8])                  # below layout.SMALL: runs as it is
+    assert "ij->i" in warm._guards
     assert tex.einsum("ij,ij->ij", f, f, order="A").flags.f_contiguous
     assert tex.einsum("ij,ij->ij", f, f, order="C").flags.c_contiguous
     # order='K': a map over operands of one layout writes its result in that layout,

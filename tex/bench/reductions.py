@@ -157,7 +157,7 @@ def _layout_case(opts, subscripts, operands, baseline, label, threads=1):
 
 
 @workload
-def layout_rowsum_fortran_4096x1024(opts):
+def layout_row_sums_fortran_4096x1024(opts):
     """tex.einsum("ij->i") over a Fortran-ordered float32[4096x1024] (16 MiB) vs
     a.sum(axis=1): the kernel of `ji->i` runs on its row-major transpose."""
     a = np.asfortranarray(_rng().random((4096, 1024), dtype=np.float32))

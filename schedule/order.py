@@ -3,6 +3,7 @@ and the default nest (stage.py) asks too, kept apart from both so that neither i
 the other."""
 import sympy as sp
 
+from tex.errors import ScheduleError
 from tex.expr import Access, affine_terms, walk as walk_expr
 
 
@@ -42,7 +43,6 @@ def stream_reads(stage, block):
     x 128 x 256 float32 over a row-major X, Emerald Rapids, 2 threads: in output order,
     each element of X a strided read, 15.7 ms; the column accumulated in memory 12 ms;
     in blocks 0.45 ms, numpy 0.40). An order the legality rules refuse is left as is."""
-    from tex.errors import ScheduleError
     d = stage.definition
     inside = index_inside_reduction(d)
     if inside is None:

@@ -184,8 +184,9 @@ def tall_k_major(sides, operands):
     if reduction < LONG:
         return False
     row = _unit_stride_label(terms[p], a)
+    # TALL > 1 keeps the transposed product from running transposed again
     return row in output and row not in terms[q] and \
-        a.shape[terms[p].index(row)] >= TALL * cols
+        a.shape[terms[p].index(row)] >= max(TALL, 2) * cols
 
 
 def _unit_stride_label(term, a):

@@ -214,6 +214,8 @@ def _auto_blocked(stage):
         # DOT_ROWS rows of A
         io, _ = target.split(roles.i, DOT_ROWS)
         target.pack(roles.b, io, layout="loops")
+        if not _streams_along(d, roles.a, roles.k):
+            target.pack(roles.a, io, layout="loops")
         _auto_reduction_strategy(target)
         target.parallel(io)
     # by the number of columns: the full tile from two vectors on (AVX2), or from three

@@ -131,12 +131,11 @@ def _tall_test(sides):
     for two comparisons, then tall_k_major."""
     if sides is None:
         return ""
-    p, q, terms, output = sides
-    summed = [f"x{p}.shape[{n}]" for n, c in enumerate(terms[p])
-              if c in terms[q] and c not in output]
+    p, q, terms = sides.p, sides.q, sides.terms
+    summed = " * ".join(f"x{p}.shape[{n}]" for n in sides.summed)
     return (f" and not (x{p}.ndim == {len(terms[p])} and x{q}.ndim == {len(terms[q])} and "
-            f"x{q}.shape[{terms[q].index(output[-1])}] <= {layout.NARROW} and "
-            f"{' * '.join(summed)} >= {layout.LONG} and _tall_k_major(_sides, (x0, x1)))")
+            f"x{q}.shape[{sides.column}] <= {layout.NARROW} and "
+            f"{summed} >= {layout.LONG} and _tall_k_major(_sides, (x0, x1)))")
 
 
 def make_guard(fn, perm, scalar, dtypes_in, key):

@@ -445,9 +445,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             return out
         if isinstance(c, sp.Not):
             return b.not_(self.condition(c.args[0]))
-        ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
-               sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
-        return b.icmp_signed(ops[type(c)], self.index(c.lhs), self.index(c.rhs))
+        # a relation once a block and the blocks it dominates: the tests that pick a
+        # stage's nest repeat the same few relations in each choice's condition
+        return self._reuse(("relation", c, self._bound([c])), lambda: b.icmp_signed(
+            _RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs)))
 
     # ------------------------------------------------------------ values
     def value(self, e, contract=False):
@@ -480,6 +481,10 @@ def settings():
     from ...scheduler import vectorize
     from ...scheduler.target import target
     return f"register_bits={target().vector_bits} vnni={vectorize.USE_VNNI}"
+
+
+_RELATIONS = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
+              sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
 
 
 def choices(kernel):

@@ -152,6 +152,14 @@ def floor_div(b, a, d):
     known only at the call that is 0 there (a size or parameter in a condition that
     chooses among a stage's nests, which all compute the same result: `Eq(Mod(N, K),
     0)` called with K = 0) divides by 1: sdiv by 0 stops the process (SIGFPE)."""
+    if isinstance(d, ir.Constant) and d.constant > 0:
+        # a block size, most often: a power of two is one arithmetic shift, another
+        # constant needs no test of its sign (fewer instructions for LLVM to take apart)
+        if d.constant & (d.constant - 1) == 0:
+            return b.ashr(a, ir.Constant(I64, d.constant.bit_length() - 1)) \
+                if d.constant > 1 else a
+        return b.sub(b.sdiv(a, d), b.zext(b.icmp_signed("<", b.srem(a, d), ir.Constant(I64, 0)),
+                                          I64))
     if not isinstance(d, ir.Constant):
         d = b.select(b.icmp_signed("==", d, ir.Constant(I64, 0)), ir.Constant(I64, 1), d)
     q = b.sdiv(a, d)

@@ -144,10 +144,16 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         for buf in self.buffers:
             if buf.scope is Scope.LOCAL and id(buf) not in scoped:
                 self._alloca(buf)
-        # a partial that may be its output (alias) comes after the output's memory
+        # a partial that may be its output (alias) comes after the output's memory; a
+        # temporary that only one choice's nest uses is taken when that nest runs
+        self.choice_temps = {}
+        owners = choice_owners(k)
         for buf in sorted(self.buffers, key=lambda b: b.alias is not None):
             if buf.scope is Scope.TEMP and id(buf) not in scoped:
-                self._malloc(buf, stack_ok=True)
+                if id(buf) in owners:
+                    self.choice_temps.setdefault(id(owners[id(buf)]), []).append(buf)
+                else:
+                    self._malloc(buf, stack_ok=True)
         for stmt in k.body:
             self._stmt(stmt)
         self._free_temps()
@@ -188,9 +194,14 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         elif isinstance(s, Guard):
             if id(s) in self.deferred:          # never reached: the entry returned
                 return
+            temps = self.choice_temps.get(id(s), ())
             with self.b.if_then(self.condition(s.cond)):
+                for buf in temps:
+                    self._malloc(buf, stack_ok=True)
                 for c in s.body:
                     self._stmt(c)
+            for buf in temps:
+                del self.memory[buf]        # its pointer exists only inside the choice
         elif isinstance(s, Store):
             self.store(s.buffer, s.index, self.value(s.value))
         elif isinstance(s, Update):
@@ -428,27 +439,25 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         raise NotImplementedError(f"codegen: index expression {e} ({type(e).__name__})")
 
     def condition(self, c):
-        b = self.b
         if c is sp.true:
             return ir.Constant(I1, 1)
         if c is sp.false:
             return ir.Constant(I1, 0)
-        if isinstance(c, sp.And):
+        # once a block and the blocks it dominates: the tests that pick a stage's nest
+        # repeat the earlier choices' conditions (negated) in each choice's condition
+        return self._reuse(("condition", c, self._bound([c])), lambda: self._condition(c))
+
+    def _condition(self, c):
+        b = self.b
+        if isinstance(c, (sp.And, sp.Or)):
+            join = b.and_ if isinstance(c, sp.And) else b.or_
             out = self.condition(c.args[0])
             for a in c.args[1:]:
-                out = b.and_(out, self.condition(a))
-            return out
-        if isinstance(c, sp.Or):
-            out = self.condition(c.args[0])
-            for a in c.args[1:]:
-                out = b.or_(out, self.condition(a))
+                out = join(out, self.condition(a))
             return out
         if isinstance(c, sp.Not):
             return b.not_(self.condition(c.args[0]))
-        # a relation once a block and the blocks it dominates: the tests that pick a
-        # stage's nest repeat the same few relations in each choice's condition
-        return self._reuse(("relation", c, self._bound([c])), lambda: b.icmp_signed(
-            _RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs)))
+        return b.icmp_signed(_RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs))
 
     # ------------------------------------------------------------ values
     def value(self, e, contract=False):
@@ -463,6 +472,26 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             args = [self.value(a, contract) for a in e.args]
             return OPS[e.name](self.ops(contract=contract), e, *args)
         raise NotImplementedError(f"codegen: value {e!r}")
+
+
+def choice_owners(kernel):
+    """id(buffer) -> the choice (the outermost Guard.choice) whose nest alone uses it,
+    for the buffers that only one choice uses: a split-K partial of each of a matmul's
+    specializations was taken (or its taking emitted, for a nest left out of the build)
+    at every call whichever nest ran."""
+    users, guards = {}, {}
+
+    def visit(node, choice):
+        if choice is None and isinstance(node, Guard) and node.choice is not None:
+            choice = node
+            guards[id(node)] = node
+        if isinstance(node, (Store, Update, Allocate)):
+            for buf in buffers_of(node):
+                users.setdefault(id(buf), set()).add(None if choice is None else id(choice))
+        for child in getattr(node, "body", ()):
+            visit(child, choice)
+    visit(kernel, None)
+    return {b: guards[next(iter(g))] for b, g in users.items() if len(g) == 1 and None not in g}
 
 
 def kernel_buffers(kernel):

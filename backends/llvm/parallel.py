@@ -5,7 +5,8 @@ import functools
 import sympy as sp
 from llvmlite import ir
 
-from ...scheduler.ir import Allocate, Loop, Scope, Store, Update, buffers_of, symbols_of, walk
+from ...scheduler.ir import (Allocate, Guard, Loop, Scope, Store, Update, buffers_of, symbols_of,
+                             walk)
 from .irtypes import I32, I64, NTHREADS, PTR, STATUS_INTERRUPTED, floor_div
 
 # fewer inner iterations than this run on one thread: waking the sleeping workers costs
@@ -38,8 +39,7 @@ class ParallelMixin:
         extent = self.index(loop.extent)
         inner_vars = {n.var: 0 for n in walk(loop) if isinstance(n, Loop)}
         work = self._iterations(loop, inner_vars)
-        syms = list(self.env.items())
-        bufs = list(self.memory.items())
+        syms, bufs = self._shared_with(loop)
         status = self.eb.alloca(I32, name="par.status")
         counter = self.eb.alloca(I64, name="par.next")
         # constant strides (local and packed buffers) stay constants in the outlined
@@ -72,6 +72,22 @@ class ParallelMixin:
         b.store(code, self.status)           # a thread's failure is the kernel's
         b.branch(self.fail_block)
         b.position_at_end(ok)
+
+    def _shared_with(self, loop):
+        """The (symbol, value) and (buffer, (pointer, strides)) pairs of this function
+        that the outlined `loop` reads, for its context. Only those: a matmul's nested
+        parallel loops stored and loaded every size, loop variable and buffer of the
+        kernel (a third of their functions' code). A bounds-checked kernel passes every
+        symbol: its error messages show the enclosing loops' values."""
+        used = {id(buf) for buf in buffers_of(loop)}
+        bufs = [(buf, v) for buf, v in self.memory.items() if id(buf) in used]
+        if self.bounds_check:
+            return list(self.env.items()), bufs
+        names = _symbols_read(loop) | {NTHREADS}
+        for buf, _ in bufs:
+            for d in buf.shape:
+                names |= symbols_of(d)
+        return [(sym, v) for sym, v in self.env.items() if sym in names], bufs
 
     def _team_pays(self, work, loop):
         """i1: PARALLEL_MIN_WORK iterations; or PARALLEL_MIN_WORK_AWAKE over at least
@@ -231,6 +247,36 @@ class ParallelMixin:
         b = self.b
         flag = b.load_atomic(self._interrupt_flag(), "monotonic", 4, typ=I32)
         self.fail_if(b.icmp_unsigned("!=", flag, ir.Constant(I32, 0)), STATUS_INTERRUPTED)
+
+
+def _symbols_read(node):
+    """The symbols (sizes, parameters, loop variables) the statements under `node` read:
+    in loop bounds, conditions, indices, values and the shapes of buffers allocated."""
+    from tex.expr import Access, IndexValue, walk as walk_expr
+    exprs = []
+    for n in walk(node):
+        if isinstance(n, Loop):
+            exprs += [n.start, n.extent]
+        elif isinstance(n, Guard):
+            exprs.append(n.cond)
+        elif isinstance(n, Allocate):
+            exprs += list(n.buffer.shape)
+        elif isinstance(n, (Store, Update)):
+            exprs += list(n.index)
+            values = [n.value]
+            if isinstance(n, Update) and n.arg is not None:
+                exprs += list(n.arg.index)
+                values.append(n.arg.position)
+            for v in values:
+                for a in walk_expr(v):
+                    if isinstance(a, Access):
+                        exprs += list(a.index)
+                    elif isinstance(a, IndexValue):
+                        exprs.append(a.expr)
+    out = set()
+    for e in exprs:
+        out |= symbols_of(e)
+    return out
 
 
 def _buffers_outside(kernel, loop):

@@ -364,7 +364,6 @@ def test_printed_choices_read_as_an_elif_chain_that_picks_the_guard_that_holds(c
     reading the chain first match wins picks, at every size tried, the one guard whose
     full condition (the IR's: its own and the earlier ones' negations) holds. A guard
     whose condition is not its chain's prints in full, every guard of the run."""
-    import sympy as sp
     from cpus import ZEN5
     from tex.scheduler.ir import Guard, walk
     from tex.scheduler.printer import format_nest

@@ -481,16 +481,20 @@ def choice_owners(kernel):
     at every call whichever nest ran."""
     users, guards = {}, {}
 
-    def visit(node, choice):
-        if choice is None and isinstance(node, Guard) and node.choice is not None:
+    def visit(node, choice, in_loop):
+        # (a choice inside a loop, were there one, would take its memory once per
+        # iteration, or per thread: its temporaries stay the kernel's)
+        if choice is None and not in_loop and isinstance(node, Guard) and \
+                node.choice is not None:
             choice = node
             guards[id(node)] = node
         if isinstance(node, (Store, Update, Allocate)):
-            for buf in buffers_of(node):
+            # (an Allocate's own buffer: its body is visited below)
+            for buf in [node.buffer] if isinstance(node, Allocate) else buffers_of(node):
                 users.setdefault(id(buf), set()).add(None if choice is None else id(choice))
         for child in getattr(node, "body", ()):
-            visit(child, choice)
-    visit(kernel, None)
+            visit(child, choice, in_loop or isinstance(node, Loop))
+    visit(kernel, None, False)
     return {b: guards[next(iter(g))] for b, g in users.items() if len(g) == 1 and None not in g}
 
 

@@ -242,20 +242,33 @@ def _over_tile(cond, spans, value):
         # r holds <=> d > 0 (strict) or d >= 0, with d affine in the tile's variables
         d = r.rhs - r.lhs if isinstance(r, (sp.StrictLessThan, sp.LessThan)) else r.lhs - r.rhs
         strict = isinstance(r, (sp.StrictLessThan, sp.StrictGreaterThan))
-        worst = d                    # d where it is smallest (to hold) or largest (to fail)
+        picks = {}                   # d where it is smallest (to hold) or largest (to fail)
         for v, (lo, hi) in ranges.items():
             c = affine_coefficient(d, v)
             if c is None or not c.is_number:
                 return None
-            pick = (lo if c >= 0 else hi) if want else (hi if c >= 0 else lo)
-            worst = worst.xreplace({v: pick})
+            if c:
+                picks[v] = sp.Integer((lo if c > 0 else hi) if want else (hi if c > 0 else lo))
+        worst = d.xreplace(picks)
         if worst.free_symbols & set(ranges):
             return None
         # as `e >= 0` over the integers: holding, d > 0 is d - 1 >= 0; failing, d >= 0
         # fails when -d - 1 >= 0 and d > 0 fails when -d >= 0
         e = (worst - 1 if strict else worst) if want else (-worst if strict else -worst - 1)
-        out.add(at_least(sp.expand(e), 0))
+        out.add(at_least(e if _expanded(e) else sp.expand(e), 0))
     return frozenset(out)
+
+
+def _expanded(e):
+    """Is `e` a sum of products none of which holds a sum (what sp.expand gives, and
+    what the relations of tile guards nearly always are already: expand was half of
+    _over_tile's time)?"""
+    for node in sp.preorder_traversal(e):
+        if isinstance(node, sp.Mul) and any(isinstance(f, sp.Add) for f in node.args):
+            return False
+        if isinstance(node, sp.Pow) and isinstance(node.base, sp.Add):
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- full tiles

@@ -633,6 +633,22 @@ def test_the_nests_a_build_leaves_out_are_those_sympy_finds_not_taken():
             choices._not_taken_by_sympy(kernel, calls[:3])
 
 
+def test_a_build_emits_only_what_its_nests_read():
+    """A split-K partial that one specialization alone uses is taken inside that nest (a
+    build that leaves the nest out emits nothing for it). Results are the differential
+    tests' business; this pins the IR's diet (the golden IR of test_vector pins the
+    parallel loops' contexts, which carry only what their statements read)."""
+    from tex.backends.llvm import codegen
+    kernel = tex.compile(matmul("float32")).kernel
+    owned = codegen.choice_owners(kernel)
+    assert owned and all(g.choice for g in owned.values())     # the nests' own partials
+    n = len(codegen.choices(kernel))
+    every = str(codegen.build(kernel, "k"))
+    first = str(codegen.build(kernel, "k", deferred=frozenset(range(1, n))))
+    takes = every.count("call ptr @\"tex_rt_take\"")
+    assert first.count("call ptr @\"tex_rt_take\"") < takes
+
+
 def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
     """Two products in one kernel (E = (A @ B) @ D), each stage with specializations: a
     call needs one choice of each stage; a new combination builds its choices next to

@@ -11,6 +11,7 @@ import sympy as sp
 from tex.expr import CeilDiv
 
 from . import codegen
+from .irtypes import RELATIONS
 
 
 def not_taken(kernel, sizes):
@@ -81,10 +82,6 @@ def decider(kernel):
     return not_taken_at
 
 
-_RELATIONS = {sp.Eq: "==", sp.Ne: "!=", sp.StrictLessThan: "<", sp.LessThan: "<=",
-              sp.StrictGreaterThan: ">", sp.GreaterThan: ">="}
-
-
 def pycond(c, names):
     """A sympy condition on sizes as Python source over the variables in `names`."""
     if c is sp.true or c is sp.false:
@@ -94,7 +91,7 @@ def pycond(c, names):
         return "(" + joint.join(pycond(a, names) for a in c.args) + ")"
     if isinstance(c, sp.Not):
         return f"(not {pycond(c.args[0], names)})"
-    op = _RELATIONS.get(type(c))
+    op = RELATIONS.get(type(c))
     if op is None:
         raise NotImplementedError(f"condition {c} ({type(c).__name__})")
     return f"({pyexpr(c.lhs, names)} {op} {pyexpr(c.rhs, names)})"

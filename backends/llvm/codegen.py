@@ -29,9 +29,9 @@ from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Sta
 from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
 from .entry import emit_entry
-from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, STATUS_DEFERRED, STATUS_DETAIL_SHIFT,
-                      STATUS_OK, Builder, OpContext, const, declare, floor_div, memory_type,
-                      self_referential)
+from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, RELATIONS, STATUS_DEFERRED,
+                      STATUS_DETAIL_SHIFT, STATUS_OK, Builder, OpContext, const, declare,
+                      floor_div, memory_type, self_referential)
 from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better, increasing_better
 from .parallel import ParallelMixin
@@ -457,7 +457,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             return out
         if isinstance(c, sp.Not):
             return b.not_(self.condition(c.args[0]))
-        return b.icmp_signed(_RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs))
+        return b.icmp_signed(RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs))
 
     # ------------------------------------------------------------ values
     def value(self, e, contract=False):
@@ -514,10 +514,6 @@ def settings():
     from ...scheduler import vectorize
     from ...scheduler.target import target
     return f"register_bits={target().vector_bits} vnni={vectorize.USE_VNNI}"
-
-
-_RELATIONS = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
-              sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
 
 
 def choices(kernel):

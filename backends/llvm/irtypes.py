@@ -21,6 +21,9 @@ STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE
     STATUS_OUT_OF_BOUNDS, STATUS_DEFERRED, STATUS_OVERLAP = range(8)
 STATUS_DETAIL_SHIFT = 8
 NTHREADS = sp.Symbol("tex_num_threads")   # the body's last argument: threads to use
+# a sympy relation's comparison, as icmp_signed and Python both spell it
+RELATIONS = {sp.Eq: "==", sp.Ne: "!=", sp.StrictLessThan: "<", sp.LessThan: "<=",
+             sp.StrictGreaterThan: ">", sp.GreaterThan: ">="}
 
 
 def value_type(dt):

@@ -251,6 +251,36 @@ def test_fusing_into_a_specialized_stage_is_refused():
         s.fuse(C, at=s[C].loops[0])
 
 
+SHORT_EXTREMES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+@pytest.mark.parametrize("cpu", [None, "znver3"])
+@pytest.mark.parametrize("x,y", [("int8", "int8"), ("uint8", "int8"), ("uint8", "uint8"),
+                                 ("int16", "int16"), ("int16", "uint8")])
+def test_short_integer_products_summed_in_int32(cpu, x, y):
+    """Products of 8- and 16-bit integers summed in int32 (an int8 matmul's register
+    tile) run vpmaddwd, an int16 pair's product with one half zeroed: exact at the
+    extremes (-128 * -128, 255 * 255, -32768 * -32768, sums that wrap as int32's do) at
+    sizes no tile divides, on the host's code and on AVX2 code."""
+    t = target_named(cpu)
+    if targets.missing_here(t):
+        pytest.skip(f"this host does not run {cpu}'s code")
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), x), tex.tensor("B", (K, N), y)
+    C = tex.compute("C", (i, j), tex.sum(A[i, k].astype("int32") * B[k, j].astype("int32"),
+                                         over=k, dtype="int32"))
+    with targets.overriding(t):
+        f = tex.compile(C)
+        rng = np.random.default_rng(3)
+        for m, n, kk in [(1, 1, 1), (7, 65, 63), (65, 127, 17), (130, 200, 1000)]:
+            a = rng.choice(SHORT_EXTREMES[x] + (0, 1, -1 if x != "uint8" else 2), (m, kk))
+            b = rng.choice(SHORT_EXTREMES[y] + (0, 3), (kk, n))
+            a, b = a.astype(x), b.astype(y)
+            want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+            check(f(A=a, B=b), want, kk)
+        assert "pmadd" in f.llvm_ir
+
+
 @pytest.mark.parametrize("cpu", ["znver3", "znver5"])
 def test_golden_auto_schedule_of_a_1024_matmul(cpu, golden):
     """For an AVX2 CPU with 16 vector registers and a 512 KiB L2 (Zen 3), and an AVX-512

@@ -8,6 +8,7 @@ import sympy as sp
 from llvmlite import ir
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I16 = ir.IntType(16)
 PTR = ir.PointerType()
 FAST = ("reassoc", "contract", "nsz")
 # A kernel returns code | detail << 8: MISALIGNED (Python retries on aligned copies),

@@ -54,7 +54,8 @@ Rules:
   is base + c * <0, 1, .., W-1>.
 - Ops. The op tables of ops.py run on vector operands (an OpContext with lanes makes intrinsics
   take the `.vN` suffix); ops with no vector form (libm's erf, integer power) run lane
-  by lane (extract, scalar op, insert).
+  by lane (extract, scalar op, insert). An int32 product of two 8- or 16-bit values
+  runs vpmaddwd (one uop; vpmulld takes two on Intel): vector_reduce._short_product.
 - Updates. A target that does not move with x is a reduction along the vector loop: a
   vector accumulator starts at the combiner's identity (argmax/argmin: the identity
   value at position INT64_MAX, which never wins a tie), and one horizontal step after
@@ -472,6 +473,8 @@ class VectorLoop(AccumulatorMixin):
             base = self.splat(cg.index(e.expr))
             return cg.b.add(base, cg.b.mul(self.splat(self.step(e.expr)), self.iota))
         args = [self.value(a, mask, contract) for a in e.args]
+        if self._short_operands(e):
+            return self._short_product(e, args)
         if _per_lane(e):
             return self._lane_by_lane(e, args)
         return OPS[e.name](self.ops(contract=contract), e, *args)

@@ -27,7 +27,7 @@ are OR and products AND.
 
 Calls: a kernel is cached under (subscripts, dtype, casting, path, and per operand its
 dtype and which dimensions are 1, or its rank). The common call (ndarrays, default
-keywords, no out=) skips even that key: each subscripts string keeps a guard for its last
+keywords, no out= or one of the result's dtype) skips even that key: each subscripts string keeps a guard for its last
 kernel, which checks the operands' types and dtypes by identity and their patterns of 1s,
 and lets the kernel's own size checks refuse the rest (see _make_guard).
 """
@@ -444,7 +444,8 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
         sizes = [{d: n for t, shape in zip(tensors, c) for d, n in zip(t.shape, shape)
                   if isinstance(d, sp.Symbol)} for c in calls]
         fn, perm = _compile_with_order(program, tensors, sizes)
-    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs], key)
+    guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs], key,
+                        plan.result)
     entry = _Kernel(fn, perm, plan.result, not out_dims, out_dims, guard)
     _remember(_kernels, key, entry)
     return entry, calls

@@ -27,9 +27,10 @@ are OR and products AND.
 
 Calls: a kernel is cached under (subscripts, dtype, casting, path, and per operand its
 dtype and which dimensions are 1, or its rank). The common call (ndarrays, default
-keywords, no out= or one of the result's dtype) skips even that key: each subscripts string keeps a guard for its last
-kernel, which checks the operands' types and dtypes by identity and their patterns of 1s,
-and lets the kernel's own size checks refuse the rest (see _make_guard).
+keywords, no out= or one of the result's dtype) skips even that key: each subscripts
+string keeps a guard for its last kernel, which checks the operands' types and dtypes by
+identity and their patterns of 1s, and lets the kernel's own size checks refuse the rest
+(see _make_guard).
 """
 import collections
 import functools

@@ -436,6 +436,20 @@ def test_which_dims_are_one_is_part_of_the_key(count_compiles):
     assert len(programs) >= 4 and len(set(programs)) == len(programs)
 
 
+def test_the_guards_test_of_ones_is_the_keys_pattern():
+    """The fast path's generated test of an operand's 1s (warm._ones_test) holds exactly
+    when the operand's pattern of 1s, as the kernel key records it, is the kernel's."""
+    import itertools
+    from tex.backends.llvm.warm import _ones_test
+    shapes = [s for r in range(4) for s in itertools.product((1, 2, 7), repeat=r)]
+    for pattern in [(True,), (True, False), (False, True), (True, True), (False, True, False)]:
+        test = compile(_ones_test("x0", pattern), "<test>", "eval")
+        for shape in shapes:
+            x0 = np.empty(shape)
+            assert eval(test, {"x0": x0}) == (tuple(d == 1 for d in shape) == pattern), \
+                (pattern, shape)
+
+
 def test_a_label_of_ones_has_extent_one(count_compiles):
     """A label whose every dimension is 1 (a row vector's rows) is the constant 1 in the
     kernel, which then gets the row vector's schedule; other patterns of 1s, called in

@@ -62,16 +62,10 @@ class AccumulatorMixin:
         zero = ir.Constant(vty, [ir.Constant(I32, 0)] * lanes)
         total = None
         for scale, u8, s8 in terms:
-            parts = []
-            for off in range(0, self.w, nb):
-                pick = [ir.Constant(I32, off + k) for k in range(nb)]
-                pieces = [v if nb == self.w else
-                          b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, nb), pick))
-                          for v in (u8, s8)]
-                # the accumulator is added after the dot, not passed to it: the dots do
-                # not wait for each other (a chain of adds of latency 1, not of dots)
-                parts.append(b.call(fn, [zero] + [b.bitcast(p, vty) for p in pieces]))
-            d = _concatenate(b, parts)
+            # the accumulator is added after the dot, not passed to it: the dots do
+            # not wait for each other (a chain of adds of latency 1, not of dots)
+            d = _concatenate(b, [b.call(fn, [zero, b.bitcast(u, vty), b.bitcast(s, vty)])
+                                 for u, s in zip(_split(b, u8, nb), _split(b, s8, nb))])
             if scale != 1:
                 d = b.mul(d, ir.Constant(d.type, [ir.Constant(I32, scale)] * d.type.count))
             total = d if total is None else b.add(total, d)
@@ -109,13 +103,8 @@ class AccumulatorMixin:
                 128: "llvm.x86.sse2.pmadd.wd"}[bits]
         wide, narrow = ir.VectorType(I32, lanes), ir.VectorType(I16, 2 * lanes)
         fn = self.cg._extern(name, wide, [narrow, narrow])
-        parts = []
-        for off in range(0, self.w, lanes):
-            pick = ir.Constant(ir.VectorType(I32, lanes),
-                               [ir.Constant(I32, off + k) for k in range(lanes)])
-            xs, ys = (v if lanes == self.w else b.shuffle_vector(v, v, pick) for v in (x, y))
-            parts.append(b.call(fn, [b.bitcast(xs, narrow), b.bitcast(ys, narrow)]))
-        return _concatenate(b, parts)
+        return _concatenate(b, [b.call(fn, [b.bitcast(xs, narrow), b.bitcast(ys, narrow)])
+                                for xs, ys in zip(_split(b, x, lanes), _split(b, y, lanes))])
 
     # ------------------------------------------------------------ reductions along the loop
     def _acc_type(self, u):
@@ -303,6 +292,16 @@ def _pmaddwd_bits(lanes, bits):
         if w <= bits and lanes * 32 % w == 0 and parts & (parts - 1) == 0:
             return w
     return None
+
+
+def _split(b, v, n):
+    """The vector `v` as consecutive pieces of `n` lanes (itself when it has n)."""
+    count = v.type.count
+    if n == count:
+        return [v]
+    return [b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, n),
+                                               [ir.Constant(I32, off + k) for k in range(n)]))
+            for off in range(0, count, n)]
 
 
 def _concatenate(b, parts):

@@ -281,6 +281,21 @@ def test_short_integer_products_summed_in_int32(cpu, x, y):
         assert "pmadd" in f.llvm_ir
 
 
+@pytest.mark.parametrize("cpu", ["sapphirerapids", "alderlake"])
+def test_vnni_cpus_sum_short_products_by_vpdpwssd(cpu):
+    """On a CPU with VNNI (AVX-512's or AVX-VNNI), each product of the int8 tile and its
+    add into the accumulator are one vpdpwssd (jit.codegen_features: +fast-dpwssd), not
+    a vpmaddwd and a vpaddd, which LLVM's Intel tunings otherwise split them into: twice
+    the uops. Only the assembly is read: the host need not run it."""
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K), "int8"), tex.tensor("B", (K, N), "int8")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k].astype("int32") * B[k, j].astype("int32"),
+                                         over=k, dtype="int32"))
+    with targets.overriding(targets.named(cpu)):
+        asm = tex.compile(C).asm
+    assert "vpdpwssd" in asm and "vpmaddwd" not in asm
+
+
 @pytest.mark.parametrize("cpu", ["znver3", "znver5"])
 def test_golden_auto_schedule_of_a_1024_matmul(cpu, golden):
     """For an AVX2 CPU with 16 vector registers and a 512 KiB L2 (Zen 3), and an AVX-512

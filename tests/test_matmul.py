@@ -281,10 +281,47 @@ def test_short_integer_products_summed_in_int32(cpu, x, y):
         assert "pmadd" in f.llvm_ir
 
 
+def _paired_loops(kernel):
+    """The loops of `kernel` (planned as the code generator plans it) whose steps the
+    code generator runs two at a time (backends/llvm/pairs.py)."""
+    from tex.backends.llvm.pairs import pairs_steps
+    from tex.scheduler.ir import Loop, walk
+    from tex.scheduler.vectorize import plan_vectors
+    return [n for n in walk(plan_vectors(kernel)) if isinstance(n, Loop) and pairs_steps(n)]
+
+
+@pytest.mark.parametrize("cpu", [None, "znver3"])
+def test_short_product_tiles_pair_their_steps_of_k(cpu):
+    """An int8 tile's reduction loops (every nest's: whole-K, blocked, edge tiles) run
+    two steps of k a pmaddwd, the two steps' values in an int16 pair (pairs.py); a float
+    tile's do not. Exact where the last step of k runs alone (odd K, K = 1: no pair at
+    all) and on strided views, whose loads the pairs read at k and k + 1 alike."""
+    t = target_named(cpu)
+    if targets.missing_here(t):
+        pytest.skip(f"this host does not run {cpu}'s code")
+    i, j, k = tex.indices("i j k")
+
+    def matmul(dtype, acc):
+        A, B = tex.tensor("A", (M, K), dtype), tex.tensor("B", (K, N), dtype)
+        body = A[i, k] * B[k, j] if acc is None else A[i, k].astype(acc) * B[k, j].astype(acc)
+        return tex.compute("C", (i, j), tex.sum(body, over=k, dtype=acc))
+    rng = np.random.default_rng(11)
+    with targets.overriding(t):
+        assert not _paired_loops(tex.schedule(matmul("float32", None)).auto().kernel())
+        C = matmul("int8", "int32")
+        assert len(_paired_loops(tex.schedule(C).auto().kernel())) >= 4
+        f = tex.compile(C)
+        for m, n, kk in [(1, 1, 1), (6, 64, 2), (13, 70, 3), (65, 7, 64), (130, 129, 1001)]:
+            a = rng.integers(-128, 128, (m, 2 * kk), dtype=np.int8)[:, ::2]
+            b = rng.integers(-128, 128, (kk, n + 3), dtype=np.int8)[:, 3:]
+            want = (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32)
+            check(f(A=a, B=b), want, kk)
+
+
 @pytest.mark.parametrize("cpu", ["sapphirerapids", "alderlake"])
 def test_vnni_cpus_sum_short_products_by_vpdpwssd(cpu):
     """On a CPU with VNNI (AVX-512's or AVX-VNNI), each product of the int8 tile and its
-    add into the accumulator are one vpdpwssd (jit.codegen_features: +fast-dpwssd), not
+    add into the accumulator are one vpdpwssd (Target.codegen_features: +fast-dpwssd), not
     a vpmaddwd and a vpaddd, which LLVM's Intel tunings otherwise split them into: twice
     the uops. Only the assembly is read: the host need not run it."""
     i, j, k = tex.indices("i j k")

@@ -34,6 +34,7 @@ from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, RELATIONS, STATUS_DEFERRE
                       floor_div, memory_type, self_referential)
 from .memory import MemoryMixin
 from .ops import COMBINE, OPS, _better, increasing_better
+from .pairs import at_both_steps, emit_paired_loop, pairs_steps
 from .parallel import ParallelMixin
 from .transposed import emit_transposed
 from .vector import emit_vector_loop, unit_steps_test
@@ -88,6 +89,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         # id(vector loop) -> whether its accesses step by one element, when a loop
         # around it tested that (vector.unit_steps_test)
         self.known_unit_steps = {}
+        self.pairing = None      # (variable, k, k + 1) while a pair of steps is emitted
 
     # ------------------------------------------------------------ functions
     def build(self):
@@ -265,8 +267,11 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
                 self.poll_interrupt()
             for c in loop.body:
                 self._stmt(c)
-        self.counted_loop(start, end, 1, loop.var.name, body,
-                          metadata or self._loop_metadata(loop))
+        if metadata is None and pairs_steps(loop):
+            emit_paired_loop(self, loop, start, end, body)
+        else:
+            self.counted_loop(start, end, 1, loop.var.name, body,
+                              metadata or self._loop_metadata(loop))
         del self.env[loop.var]
 
     def counted_loop(self, start, stop, step, name, body, metadata=None):
@@ -333,6 +338,8 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
     def reduced_value(self, update):
         """The value an Update combines in: with fast_math, its float products may fuse
         with the accumulation into FMAs (as BLAS does); elementwise code never does."""
+        if self.pairing is not None:        # both steps of a pair (pairs.py)
+            return self.b.add(*at_both_steps(self, lambda: self.value(update.value)))
         return self.value(update.value, contract=update.fast_math)
 
     # ------------------------------------------------------------ memory

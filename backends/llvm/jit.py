@@ -118,7 +118,7 @@ class Machine:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.target = target
-        self.cpu, self.features = target.cpu, codegen_features(target)
+        self.cpu, self.features = target.cpu, target.codegen_features
         self.triple = llvm.get_process_triple()
         self.llvm_target = llvm.Target.from_triple(self.triple)
         self.machine = self.new_machine()
@@ -150,16 +150,6 @@ class Machine:
 Host = Machine          # the name tex's benchmarks and older code use
 
 
-def codegen_features(target):
-    """The target's features and the LLVM tuning flags its code wants. With VNNI,
-    "+fast-dpwssd": an int32 sum of 16-bit products (vector_reduce._short_product, every
-    int8 and int16 matmul tile) runs as one vpdpwssd, not vpmaddwd + vpaddd. LLVM splits
-    it on CPUs not so tuned (Intel's) to shorten the accumulator's dependence chain, which
-    a register tile of 24 independent accumulators does not need, and the split doubles
-    the uops on the two vector ports the tile's broadcasts also use: int8 1024^3 on one
-    thread of Emerald Rapids, 51 -> 78 GOP/s."""
-    return target.features + (",+fast-dpwssd" if target.vnni_widths else "")
-
 
 def fingerprint(target=None):
     """What, besides a kernel's own text, decides its machine code: the code generator's
@@ -167,7 +157,7 @@ def fingerprint(target=None):
     (default the current target)."""
     t = target or current_target()
     return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
-                     host_facts()[2], t.cpu, codegen_features(t)])
+                     host_facts()[2], t.cpu, t.codegen_features])
 
 
 # ---------------------------------------------------------------- the host, remembered

@@ -116,6 +116,7 @@ from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient
                                       local_flat)
 from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better, increasing_better
+from .pairs import paired_vector_value
 from .vector_reduce import AccumulatorMixin
 
 GATHER_MIN_BYTES = 4     # narrower strided loads run the scalar loop (no hardware gather)
@@ -458,6 +459,8 @@ class VectorLoop(AccumulatorMixin):
     def reduced_value(self, update, mask):
         """An Update's value; with fast_math its float products may fuse into FMAs with
         the accumulation (as for scalar reductions)."""
+        if self.cg.pairing is not None:         # both steps of a pair (pairs.py)
+            return paired_vector_value(self, update, mask)
         return self.value(update.value, mask, update.fast_math)
 
     def value(self, e, mask, contract=False):

@@ -75,12 +75,7 @@ class AccumulatorMixin:
     def _short_operands(self, e):
         """Is e int32(x) * int32(y) with x and y 8-bit or int16 values (an int8 matmul's
         update, a quantized dot without VNNI) and a pmaddwd of the register width?"""
-        if not (isinstance(e, Op) and e.name == "multiply" and e.dtype == np.int32):
-            return False
-        if not all(isinstance(a, Op) and a.name == "cast" and a.dtype == np.int32 and
-                   a.args[0].dtype in SHORT for a in e.args):
-            return False
-        return _pmaddwd_bits(self.w, self.plan.bits) is not None
+        return short_product(e) and _pmaddwd_bits(self.w, self.plan.bits) is not None
 
     def _short_product(self, e, args):
         """x * y for int32 lanes that hold 16-bit values, by pmaddwd (vpmaddwd), which
@@ -280,6 +275,13 @@ def _float_extreme(cg, combiner, dt, vec):
     any_nan = cg._extern(f"llvm.vector.reduce.or.v{n}i1", I1, [ir.VectorType(I1, n)])
     nan = b.call(any_nan, [b.fcmp_unordered("uno", vec, vec)])
     return b.select(nan, ir.Constant(ty, float("nan")), r)
+
+
+def short_product(e):
+    """Is `e` int32(x) * int32(y) of two 8- or 16-bit values (SHORT)?"""
+    return (isinstance(e, Op) and e.name == "multiply" and e.dtype == np.int32 and
+            all(isinstance(a, Op) and a.name == "cast" and a.dtype == np.int32 and
+                a.args[0].dtype in SHORT for a in e.args))
 
 
 def _pmaddwd_bits(lanes, bits):

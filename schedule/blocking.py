@@ -145,7 +145,7 @@ def default_blocking(dtype, operand_bytes, machine=None, vectors=None):
     if vectors is None:
         vectors = full_tile_vectors(machine)           # NR / W
         spare = 2 + _pair_registers(dtype, operand_bytes, machine)
-        mr = (registers - vectors - spare) // vectors  # 6 on AVX-512 and on AVX2
+        mr = (registers - vectors - spare) // vectors  # 6 (AVX-512 int8: 5) and AVX2 6
     else:
         mr = min(NARROW_MR, (registers - vectors - 2) // vectors)
     nr = vectors * lanes

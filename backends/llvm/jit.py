@@ -150,7 +150,6 @@ class Machine:
 Host = Machine          # the name tex's benchmarks and older code use
 
 
-
 def fingerprint(target=None):
     """What, besides a kernel's own text, decides its machine code: the code generator's
     version and source, llvmlite's and LLVM's versions, the target CPU and features

@@ -21,7 +21,7 @@ A serial loop pairs its steps when everything it runs is such an update: int32 s
 with an enclosing vector loop and one not, into targets that do not depend on the
 paired variable; loops, guards and bounds inside not reading it. While the code of a
 pair is emitted, Codegen.pairing holds (variable, k, k + 1): every update's value is
-then made for both steps (VectorLoop.paired_value; Codegen.reduced_value adds the two
+then made for both steps (paired_vector_value; Codegen.reduced_value adds the two
 for the scalar paths), so a statement that is not paired cannot lose a step.
 """
 import numpy as np

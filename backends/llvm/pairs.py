@@ -29,7 +29,7 @@ from llvmlite import ir
 
 from ...scheduler.ir import Guard, Loop, LoopKind, Update, symbols_of
 from .irtypes import I16, I32, I64
-from .vector_reduce import _concatenate, _pmaddwd_bits, _split, short_product
+from .vector_reduce import _concatenate, _pmaddwd_bits, _split, pmaddwd, short_product
 
 
 def pairs_steps(loop):
@@ -124,11 +124,7 @@ def paired_vector_value(vl, update, mask):
     xs = at_both_steps(cg, lambda: vl._scalar(x, mask))
     ys = at_both_steps(cg, lambda: vl.value(y, mask))
     halves = b.or_(b.and_(xs[0], ir.Constant(I32, 0xFFFF)), b.shl(xs[1], ir.Constant(I32, 16)))
-    lanes = bits // 32
-    wide, narrow = ir.VectorType(I32, lanes), ir.VectorType(I16, 2 * lanes)
-    name = {512: "llvm.x86.avx512.pmaddw.d.512", 256: "llvm.x86.avx2.pmadd.wd",
-            128: "llvm.x86.sse2.pmadd.wd"}[bits]
-    fn = cg._extern(name, wide, [narrow, narrow])
+    fn, lanes, narrow = pmaddwd(cg, bits)
     interleave = ir.Constant(ir.VectorType(I32, 2 * lanes),
                              [ir.Constant(I32, n // 2 + (n % 2) * lanes)
                               for n in range(2 * lanes)])

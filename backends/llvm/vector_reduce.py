@@ -92,12 +92,7 @@ class AccumulatorMixin:
         if id(e.args[0]) in self.plan.dependent and id(e.args[1]) not in self.plan.dependent:
             x, y = y, x
         y = b.and_(y, ir.Constant(y.type, [ir.Constant(I32, 0xFFFF)] * self.w))
-        bits = _pmaddwd_bits(self.w, self.plan.bits)
-        lanes = bits // 32
-        name = {512: "llvm.x86.avx512.pmaddw.d.512", 256: "llvm.x86.avx2.pmadd.wd",
-                128: "llvm.x86.sse2.pmadd.wd"}[bits]
-        wide, narrow = ir.VectorType(I32, lanes), ir.VectorType(I16, 2 * lanes)
-        fn = self.cg._extern(name, wide, [narrow, narrow])
+        fn, lanes, narrow = pmaddwd(self.cg, _pmaddwd_bits(self.w, self.plan.bits))
         return _concatenate(b, [b.call(fn, [b.bitcast(xs, narrow), b.bitcast(ys, narrow)])
                                 for xs, ys in zip(_split(b, x, lanes), _split(b, y, lanes))])
 
@@ -282,6 +277,16 @@ def short_product(e):
     return (isinstance(e, Op) and e.name == "multiply" and e.dtype == np.int32 and
             all(isinstance(a, Op) and a.name == "cast" and a.dtype == np.int32 and
                 a.args[0].dtype in SHORT for a in e.args))
+
+
+def pmaddwd(cg, bits):
+    """(the pmaddwd intrinsic of `bits`-bit registers, its int32 lanes, its operands'
+    type: twice as many int16 lanes)."""
+    lanes = bits // 32
+    name = {512: "llvm.x86.avx512.pmaddw.d.512", 256: "llvm.x86.avx2.pmadd.wd",
+            128: "llvm.x86.sse2.pmadd.wd"}[bits]
+    wide, narrow = ir.VectorType(I32, lanes), ir.VectorType(I16, 2 * lanes)
+    return cg._extern(name, wide, [narrow, narrow]), lanes, narrow
 
 
 def _pmaddwd_bits(lanes, bits):

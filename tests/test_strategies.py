@@ -641,3 +641,36 @@ def test_auto_max_over_several_indices_keeps_split_k_for_few_long_rows():
     for shape in [(1, 3000, 100), (70, 5, 64), (2, 7, 65), (1, 1, 1)]:
         x = rng.standard_normal(shape).astype(np.float32)
         assert np.array_equal(f(x), x.max(axis=(1, 2))), shape
+
+
+def test_row_sums_build_the_split_k_parts_only_for_calls_that_some_thread_count_splits():
+    """auto._auto_split_k: a row sum's parts nest is a specialization for a reduction of
+    at least 2048 with rows < 4 floor(length / 1024) (where AUTO_PARTS gives some thread
+    count more than one part), so a first build for a square call leaves it out; a call
+    with few long rows builds it and runs it in four parts a thread on 2 threads; every
+    call agrees with numpy, each nest at its edges (2047 | 2048 long, 4 rows a
+    1024-block)."""
+    from tex.backends.llvm import codegen, runtime
+    from tex.bench.linalg import auto_parts
+    from tex.scheduler.ir import Loop, walk
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "float32")
+    Y = tex.compute("Y", (i,), tex.sum(X[i, j], over=j))
+    f = runtime.compile(Y, sizes={M: 256, N: 256})
+    parted = {n for n, g in enumerate(codegen.choices(f.kernel))
+              if any(isinstance(x, Loop) and "Y_parts" in str(x.extent) for x in walk(g))}
+    assert len(parted) == 1 and f._sig.built.deferred == parted, f.loop_nest
+    threads = tex.get_num_threads()
+    tex.set_num_threads(2)
+    try:
+        assert auto_parts(f, {"M": 3, "N": 65536}) == 8
+        assert auto_parts(f, {"M": 256, "N": 256}) == 1
+        rng = np.random.default_rng(11)
+        for m, n in [(256, 256), (3, 65536), (7, 2047), (7, 2048), (8, 2048), (9, 3072),
+                     (1, 1), (0, 5000), (1000, 3000)]:
+            x = rng.standard_normal((m, n)).astype(np.float32)
+            want = x.astype(np.float64).sum(axis=1)
+            np.testing.assert_allclose(f(x), want, rtol=1e-4, atol=1e-3 * math.sqrt(n))
+        assert not f._sig.deferred & parted          # (3, 65536) built the parts nest
+    finally:
+        tex.set_num_threads(threads)

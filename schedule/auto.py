@@ -10,7 +10,9 @@ correctly, only slower):
    reduction loop is split into a call-time number of parts
    (`tex.backends.llvm.runtime.AUTO_PARTS`): 1 when the output rows already give every
    thread enough work, else four parts a thread (a reduction to a few long rows gets its
-   threads this way). With one part the merge is a single copy pass.
+   threads this way). With one part the merge is a single copy pass. The parts' nest is
+   a specialization for the sizes some thread count splits (auto_nest.auto_split_k), so a
+   kernel built for other calls leaves it out.
 3. Threads. The parts loop and the first output loop are both parallel; at run time a
    loop with one iteration, or too little work, stays on the calling thread, so the
    team goes to whichever loop has the work.
@@ -30,8 +32,9 @@ from tex.errors import ScheduleError
 from tex.expr import (Access, AutoParts, all_of, any_of, at_least, less, negation,
                       walk as walk_expr)
 
+from .auto_nest import (auto_reduction_strategy, auto_split_k, auto_vectorize,
+                        parallel_first_output_loop, row_accumulators)
 from .order import prefers_reduction_outside, stream_reads, unit_stride_score
-from .strategies import accumulator_span, reduction_strategy
 from .target import target
 
 
@@ -52,11 +55,11 @@ def auto_schedule(sched, fuse=True, keep=()):
             continue
         if d.reduction is not None:
             stream_reads(stage, 4 * target().lanes(d.reduction.dtype))
-        for nest in _row_accumulators(stage) or (stage,):
-            _auto_reduction_strategy(nest)
-            for part in _auto_split_k(nest):
-                _parallel_first_output_loop(part)
-                _auto_vectorize(part)
+        for nest in row_accumulators(stage) or (stage,):
+            auto_reduction_strategy(nest)
+            for part in auto_split_k(nest):
+                parallel_first_output_loop(part)
+                auto_vectorize(part)
     return sched
 
 
@@ -134,11 +137,11 @@ def _auto_fused_root(stage, epilogue):
                                     _reduced_in_lanes(epilogue, stage.state.fast_math))
             if cond is sp.true:
                 return
-    nests = _auto_split_k(stage) if red is not None and len(d.indices) == 1 and not avoid \
+    nests = auto_split_k(stage) if red is not None and len(d.indices) == 1 and not avoid \
         else (stage,)
     for nest in nests:
-        _parallel_first_output_loop(nest, avoid)
-        _auto_vectorize(nest)
+        parallel_first_output_loop(nest, avoid)
+        auto_vectorize(nest)
 
 
 def _check_fusion(sched, stage):
@@ -219,7 +222,7 @@ def _auto_blocked(stage):
         target.pack(roles.b, io, layout="loops")
         if not _streams_along(d, roles.a, roles.k):
             target.pack(roles.a, io, layout="loops")
-        _auto_reduction_strategy(target)
+        auto_reduction_strategy(target)
         target.parallel(io)
     # by the number of columns: the full tile from two vectors on (AVX2), or from three
     # (AVX-512's tile of four: at most a quarter of it padding), with a tile of one
@@ -582,139 +585,3 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     else:       # a plain product's tile
         st.vectorize_known(ji, tail="mask")
     st.parallel(ko)
-
-
-def _parallel_first_output_loop(stage, avoid=frozenset()):
-    """The first output loop shares out the rows (not one over an index in `avoid`)."""
-    origin = {v: x for x, v in stage.state.subst.items()}
-    for loop in stage.loops:
-        if not loop.is_reduction and origin.get(loop.var) not in avoid:
-            stage.parallel(loop)
-            return
-
-
-# rows enough that split-K takes one part for up to 16 threads, and rows too short for
-# more than one part on 2 threads or more (runtime.AUTO_PARTS)
-MANY_ROWS = 64
-ONE_PART_LENGTH = 2048
-
-
-def _row_accumulators(stage):
-    """A float row max or min (the reduction loop innermost): the vector accumulator for
-    rows of at least one pass of it (W x U elements; a specialization when the length
-    is symbolic). LLVM's vectorized loop takes 64 float32 a step and leaves the rest of
-    the row to a scalar loop; the accumulator's last pass is a vector. Returns the
-    handles that the rest of the auto schedule goes on with (the specialization and the
-    stage), or None when nothing was done. Measured on Zen 5, 2 threads, float32 |
-    float64, interleaved: 8192 x 100 125 -> 61 | 88 -> 54 us, 1000 x 1000 47 -> 26 |
-    84 -> 46; rows a multiple of 64 long alike (16384 x 64 50 | 60 -> 67, 2048 x
-    2048 97 -> 98 | 426 -> 438); rows shorter than a pass lost (65536 x 16, before
-    ops.MINMAX_FLAGS: 362 -> 591) and are not taken; sums gained nothing."""
-    d = stage.definition
-    red = d.reduction
-    if red is None or red.combiner not in ("max", "min") or red.dtype.kind != "f" or \
-            not stage.loops or not stage.loops[-1].is_reduction:
-        return None
-    try:
-        reduction_strategy(stage.state, "vector_accumulator")    # refused: nothing to do
-    except ScheduleError:
-        return None
-    cond = at_least(stage.state.axes[-1].extent, accumulator_span(d))
-    if len(d.indices) == 1:
-        # split-K's shapes (_auto_split_k: few long rows, the parts taken from the
-        # outermost reduction loop) keep their parts, which the vector accumulator
-        # cannot have (both privatize a loop of the reduction)
-        outermost = next(a for a in stage.state.axes if a.reduction)
-        cond = all_of(cond, any_of(at_least(d.extents[d.indices[0]], MANY_ROWS),
-                                   less(outermost.extent, ONE_PART_LENGTH)))
-    if cond is sp.false:
-        return None
-    if cond is sp.true:
-        stage.reduction_strategy("vector_accumulator")
-        return (stage,)
-    try:
-        spec = stage.specialize(cond)
-    except ScheduleError:                    # a length that is not a size expression
-        return None
-    try:
-        spec.reduction_strategy("vector_accumulator")
-    except ScheduleError:
-        pass
-    return spec, stage
-
-
-def _auto_reduction_strategy(stage):
-    """Byte-sized sums (int8 -> int32 row sums and the like) use the vector accumulator:
-    widening (or VNNI dot products, where the host has them) in registers beats LLVM's
-    loop (measured 68 against 51 GB/s in cache, 10.9x numpy, and level from DRAM).
-    Wider element types are left to LLVM's vectorizer, which matched or beat the
-    explicit strategies on float32 rows."""
-    d = stage.definition
-    red = d.reduction
-    if red is None or red.combiner != "sum" or not stage.loops or \
-            not stage.loops[-1].is_reduction:
-        return
-    loads = [a.tensor.dtype for a in walk_expr(red.body) if isinstance(a, Access)]
-    if not loads or max(dt.itemsize for dt in loads) != 1 or red.dtype.kind not in "iu":
-        return
-    try:
-        stage.reduction_strategy("vector_accumulator")
-    except ScheduleError:
-        pass
-
-
-def _auto_vectorize(stage):
-    """Explicit vectors where LLVM's own loop vectorizer gives up: argmax/argmin (it
-    cannot vectorize the value-and-position pair; measured 25x faster explicit). For
-    sums, products and elementwise loops LLVM's vectorizer matches or beats the
-    explicit code, so those loops are left to it."""
-    red = stage.definition.reduction
-    if red is None or not COMBINERS[red.combiner].positional:
-        return
-    innermost = stage.loops[-1]
-    if innermost.is_reduction:
-        try:
-            stage.vectorize(innermost)
-        except ScheduleError:
-            pass
-
-
-def _auto_split_k(stage):
-    """Split the outermost reduction loop into call-time-chosen parts (runtime.AUTO_PARTS
-    picks 1 when the output rows already feed every thread). Returns the handles the
-    rest of the schedule goes on with.
-
-    The parts' nest is a specialization for the sizes that some thread count splits:
-    AUTO_PARTS gives more than one part only to t >= 2 threads with rows < 4 t and a
-    reduction of at least 1024 t, so to a reduction of at least 2048 with rows < 4
-    floor(length / 1024). A kernel builds a specialization when a call first needs it
-    (runtime.compile_kernel), and the parts more than double a row reduction's code:
-    a first `ij->i` on 256 x 256 went from 754 lines of IR and 124 ms to 306 and 56 ms
-    (sympy loaded). Other sizes run the stage's own nest, which is the one-part nest."""
-    d, state = stage.definition, stage.state
-    red = d.reduction
-    # only for one-dimensional outputs (row and column reductions with few rows): a
-    # contraction with a 2-d output splits its rows and columns first (the split-K
-    # structure doubles its compile time), and a scalar result (a dot product) would pay
-    # ~0.25 us of call overhead for it on every call, however small its input
-    if red is None or state.private is not None or len(d.indices) != 1:
-        return (stage,)
-    position = next(n for n, a in enumerate(state.axes) if a.reduction)
-    length = state.axes[position].extent
-    rows = d.extents[d.indices[0]]
-    parts = AutoParts(f"{d.name}_parts", rows, length)
-    split = all_of(at_least(length, 2048), less(rows, 4 * sp.floor(length / 1024)))
-    if split is sp.false:
-        return (stage,)
-    if split is not sp.true and not COMBINERS[state.reduction.combiner].may_reassociate(
-            state.reduction.dtype, state.fast_math):
-        return (stage,)                    # (split_k's own test: no parts to build)
-    try:
-        nest = stage if split is sp.true else stage.specialize(split)
-    except ScheduleError:                  # a specialization already: split it whole
-        nest = stage
-    try:
-        nest.split_k(nest.loops[position], parts)
-    except ScheduleError:                  # float sums without fast_math stay whole
-        pass
-    return (stage,) if nest is stage else (nest, stage)

@@ -29,9 +29,9 @@ from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import AutoParts
 
-from .auto import (_auto_reduction_strategy, _auto_split_k, _auto_vectorize, _form_kernels,
-                   _parallel_first_output_loop, _reduced_by_members, _reduced_in_lanes,
-                   auto_schedule)
+from .auto import _form_kernels, _reduced_by_members, _reduced_in_lanes, auto_schedule
+from .auto_nest import (auto_reduction_strategy, auto_split_k, auto_vectorize,
+                        parallel_first_output_loop)
 from .blocking import (L3_SHARED, Blocking, block_contraction, block_fused_contraction,
                        contraction_roles, operand_bytes, parallel_blocks)
 from .ir import LoopKind
@@ -141,7 +141,7 @@ def apply_plan(stage, plan):
     elif family == "dots":
         io, _ = stage.split(roles.i, plan["rows"])
         stage.pack(roles.b, io, layout="loops")
-        _auto_reduction_strategy(stage)
+        auto_reduction_strategy(stage)
         stage.parallel(io)
     elif family == "generic":
         _apply_generic(stage, plan)
@@ -157,7 +157,7 @@ def _apply_generic(stage, plan):
         stage.reorder(*[x for x in d.indices if x is not last], *red.over, last)
     parts = plan["parts"]
     if parts == "auto":
-        _auto_split_k(stage)
+        auto_split_k(stage, lazy=False)     # (a plan is for known sizes: no specialization)
     elif parts not in (None, 1):
         first = next(h for h in stage.loops if h.is_reduction)
         stage.split_k(first, parts)
@@ -169,10 +169,10 @@ def _apply_generic(stage, plan):
         stage.reorder(*lead, jo, *[h for h in loops if h.var is not jo.var and h not in lead])
         stage.parallel(jo)
     else:
-        _parallel_first_output_loop(stage)
+        parallel_first_output_loop(stage)
     if plan["strategy"]:
         stage.reduction_strategy(plan["strategy"])
-    _auto_vectorize(stage)
+    auto_vectorize(stage)
 
 
 # ---------------------------------------------------------------- the search space

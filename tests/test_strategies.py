@@ -600,7 +600,7 @@ def test_auto_row_max_and_min_take_vector_accumulators_on_long_rows(combiner, dt
     rows of one pass of it or more (W x U elements) with many rows, or rows too short for
     split-K's parts; other calls keep split-K (the two cannot be combined). Every
     specialization matches numpy exactly, NaNs, infinities and views included."""
-    from tex.scheduler.auto import MANY_ROWS, ONE_PART_LENGTH
+    from tex.scheduler.auto_nest import MANY_ROWS, ONE_PART_LENGTH
     from tex.scheduler.strategies import accumulator_span
     from contextlib import nullcontext
     i, j = tex.indices("i j")
@@ -644,7 +644,7 @@ def test_auto_max_over_several_indices_keeps_split_k_for_few_long_rows():
 
 
 def test_row_sums_build_the_split_k_parts_only_for_calls_that_some_thread_count_splits():
-    """auto._auto_split_k: a row sum's parts nest is a specialization for a reduction of
+    """auto_nest.auto_split_k: a row sum's parts nest is a specialization for a reduction of
     at least 2048 with rows < 4 floor(length / 1024) (where AUTO_PARTS gives some thread
     count more than one part), so a first build for a square call leaves it out; a call
     with few long rows builds it and runs it in four parts a thread on 2 threads; every

@@ -33,7 +33,7 @@ from tex.expr import (Access, AutoParts, all_of, any_of, at_least, less, negatio
                       walk as walk_expr)
 
 from .auto_nest import (auto_reduction_strategy, auto_split_k, auto_vectorize,
-                        parallel_first_output_loop, row_accumulators)
+                        parallel_first_output_loop, parts_possible, row_accumulators)
 from .order import prefers_reduction_outside, stream_reads, unit_stride_score
 from .target import target
 
@@ -193,11 +193,13 @@ def _auto_blocked(stage):
     blocking = default_blocking(red.dtype, operand_bytes(roles))
     rows, cols = d.extents[roles.i], d.extents[roles.j]
 
-    def blocked(target, blocking=blocking, parts_name=f"{d.name}_parts"):
+    def blocked(target, blocking=blocking, parts_name=None):
         # (each tier's parts a name of its own: the call path computes one value a name)
-        parts = AutoParts(parts_name, parallel_blocks(d, roles, blocking),
-                          d.extents[roles.k])
-        _, k_loop = target.split_k(roles.k, parts)
+        k_loop = None
+        if parts_name is not None:
+            parts = AutoParts(parts_name, parallel_blocks(d, roles, blocking),
+                              d.extents[roles.k])
+            _, k_loop = target.split_k(roles.k, parts)
         block_contraction(target, roles, blocking, k_loop)
 
     def whole_k(target, blocking=blocking):
@@ -297,8 +299,20 @@ def _auto_blocked(stage):
         if single:
             fits = any_of(fits_whole_k(bl), long_k_in_the_tile(bl, upper))
             cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl)))
-        cases.append((cond, functools.partial(blocked, blocking=bl, parts_name=(
-            f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))
+        # the full tile's split-K parts where some thread count takes more than one
+        # (too few blocks for the threads, a long k), a tier of its own: each tier is
+        # built when a call first needs it, and the parts cost a blocked nest a third of
+        # its first call (1024^3 with sympy loaded: 5680 -> 4617 lines of IR, 1.04-1.08
+        # -> 0.80-0.86 s). Each tier costs every compile its scheduling (~20 ms), so
+        # the narrower tiers keep their parts in their one nest.
+        split = parts_possible(parallel_blocks(d, roles, bl), d.extents[roles.k]) \
+            if vectors is None else sp.true
+        if split is not sp.false:
+            cases.append((all_of(cond, split), functools.partial(
+                blocked, blocking=bl, parts_name=(
+                    f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))
+        if split is not sp.true:
+            cases.append((cond, functools.partial(blocked, blocking=bl)))
         upper = low
     if roles.batch and single:
         # a batch of products narrower than the narrowest tile (3 x 3, 8 x 8, 64 x 4):

@@ -106,13 +106,22 @@ def auto_vectorize(stage):
             pass
 
 
+def parts_possible(rows, length):
+    """Whether runtime.AUTO_PARTS gives more than one part to some thread count: that
+    needs t >= 2, rows < 4 t and a length >= 1024 t, so a length of at least 2048 and
+    rows < 4 floor(length / 1024) (tests/test_strategies.py checks the two agree; this
+    also holds for rows of 1024 or more, which would need more threads than tex has). A
+    nest with the parts is then a specialization for these sizes: a kernel builds a
+    specialization when a call first needs it (runtime.compile_kernel)."""
+    return all_of(at_least(length, 2048), less(rows, 4 * sp.floor(length / 1024)))
+
+
 def auto_split_k(stage, lazy=True):
     """Split the outermost reduction loop into call-time parts (runtime.AUTO_PARTS picks 1
     when the rows already feed every thread); returns the handles the schedule goes on
-    with. `lazy`: the parts' nest is a specialization for the sizes some thread count
-    splits (more than one part needs t >= 2, rows < 4 t and a length >= 1024 t), built
-    when a call first needs it (runtime.compile_kernel): the parts more than doubled a row
-    sum's code (a first `ij->i`: 754 -> 323 lines of IR, 124 -> 65 ms with sympy loaded)."""
+    with. `lazy`: the parts' nest is a specialization for `parts_possible` sizes: the
+    parts more than doubled a row sum's code (a first `ij->i`: 754 -> 323 lines of IR,
+    124 -> 65 ms with sympy loaded)."""
     d, state = stage.definition, stage.state
     # one-dimensional outputs only: a 2-d output splits its rows and columns first (the
     # parts double its compile time), and a scalar (a dot product) would pay ~0.25 us of
@@ -121,8 +130,7 @@ def auto_split_k(stage, lazy=True):
         return (stage,)
     position = next(n for n, a in enumerate(state.axes) if a.reduction)
     length, rows = state.axes[position].extent, d.extents[d.indices[0]]
-    split = all_of(at_least(length, 2048), less(rows, 4 * sp.floor(length / 1024))) \
-        if lazy else sp.true
+    split = parts_possible(rows, length) if lazy else sp.true
     red = state.reduction
     if split is sp.false or split is not sp.true and \
             not COMBINERS[red.combiner].may_reassociate(red.dtype, state.fast_math):

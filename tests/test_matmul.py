@@ -1257,3 +1257,30 @@ def test_products_of_one_column_block_keep_a_long_k_in_the_tile(cpu, dtype):
                     check(f(A=wide[:, ::2], B=b), expected(a, b), k)
     finally:
         tex.set_num_threads(before)
+
+
+def test_a_blocked_product_builds_its_split_k_parts_only_for_calls_some_thread_count_splits():
+    """The full tile's blocked tier with split-K's parts is a specialization of its own
+    (auto_nest.parts_possible: a long k and too few blocks for some thread count), so a
+    kernel built for 1024^3 leaves the parts out; a call with few blocks and a long k
+    builds them and runs eight parts on 2 threads. Every call agrees with numpy."""
+    from tex.backends.llvm import codegen, runtime
+    from tex.bench.linalg import auto_parts
+    from tex.scheduler.ir import Loop, walk
+    f = runtime.compile(matmul(np.float32), sizes={M: 1024, N: 1024, K: 1024})
+    parted = {n for n, g in enumerate(codegen.choices(f.kernel))
+              if any(isinstance(x, Loop) and str(x.extent) == "C_parts" for x in walk(g))}
+    assert parted and parted <= f._sig.built.deferred, f.loop_nest
+    threads = tex.get_num_threads()
+    tex.set_num_threads(2)
+    try:
+        assert auto_parts(f, {"M": 40, "K": 8192, "N": 100}) == 8
+        assert auto_parts(f, {"M": 1024, "K": 1024, "N": 1024}) == 1
+        rng = np.random.default_rng(5)
+        for m, k, n in [(256, 256, 256), (40, 8192, 100), (13, 3001, 70), (40, 2047, 100),
+                        (7, 4096, 33)]:
+            a, b = operands(rng, m, n, k, np.float32)
+            np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-3 * np.sqrt(k))
+        assert not f._sig.deferred >= parted            # (40, 8192, 100) built them
+    finally:
+        tex.set_num_threads(threads)

@@ -674,3 +674,23 @@ def test_row_sums_build_the_split_k_parts_only_for_calls_that_some_thread_count_
         assert not f._sig.deferred & parted          # (3, 65536) built the parts nest
     finally:
         tex.set_num_threads(threads)
+
+
+def test_parts_possible_holds_where_some_thread_count_splits():
+    """auto_nest.parts_possible (the condition of split-K's specializations) holds at a
+    (rows, length) whenever runtime.AUTO_PARTS gives more than one part to some thread
+    count tex allows (a call outside it never needs the parts' nest), and otherwise only
+    at rows that would need more threads than that."""
+    import sympy as sp
+    from tex.backends.llvm.calls import MAX_THREADS
+    from tex.backends.llvm.runtime import AUTO_PARTS
+    from tex.scheduler.auto_nest import parts_possible
+    lengths = [0, 1, 1023, 1024, 2047, 2048, 2049, 3071, 3072, 4096, 5000, 65536, 300000]
+    for rows in [0, 1, 3, 4, 5, 7, 8, 9, 11, 12, 15, 16, 63, 64, 100, 1000, 1023, 1024]:
+        for length in lengths:
+            some = any(eval(AUTO_PARTS.format(t=t, rows=rows, length=length)) > 1  # noqa: S307
+                       for t in range(1, MAX_THREADS + 1))
+            held = parts_possible(sp.Integer(rows), sp.Integer(length))
+            assert held in (sp.true, sp.false)
+            assert held is sp.true if some else (held is sp.false or rows >= 4 * MAX_THREADS), \
+                (rows, length, held, some)

@@ -113,6 +113,8 @@ def parts_possible(rows, length):
     also holds for rows of 1024 or more, which would need more threads than tex has). A
     nest with the parts is then a specialization for these sizes: a kernel builds a
     specialization when a call first needs it (runtime.compile_kernel)."""
+    if at_least(256 * rows, length) is sp.true:   # rows >= length / 256: never (N x N)
+        return sp.false
     return all_of(at_least(length, 2048), less(rows, 4 * sp.floor(length / 1024)))
 
 

@@ -302,9 +302,9 @@ def _auto_blocked(stage):
         # the full tile's split-K parts where some thread count takes more than one
         # (too few blocks for the threads, a long k), a tier of its own: each tier is
         # built when a call first needs it, and the parts cost a blocked nest a third of
-        # its first call (1024^3 with sympy loaded: 5680 -> 4617 lines of IR, 1.04-1.08
-        # -> 0.80-0.86 s). Each tier costs every compile its scheduling (~20 ms), so
-        # the narrower tiers keep their parts in their one nest.
+        # its LLVM time (a first 1024^3: 5680 -> 4617 lines of IR, LLVM ~460 -> ~300
+        # ms). Each tier costs every compile its scheduling (~25 ms of a symbolic
+        # matmul's ~150), so the narrower tiers keep their parts in their one nest.
         split = parts_possible(parallel_blocks(d, roles, bl), d.extents[roles.k]) \
             if vectors is None else sp.true
         if split is not sp.false:

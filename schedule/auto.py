@@ -193,14 +193,15 @@ def _auto_blocked(stage):
     blocking = default_blocking(red.dtype, operand_bytes(roles))
     rows, cols = d.extents[roles.i], d.extents[roles.j]
 
-    def blocked(target, blocking=blocking, parts_name=None):
-        # (each tier's parts a name of its own: the call path computes one value a name)
+    def blocked(target, blocking=blocking, parts=None):
         k_loop = None
-        if parts_name is not None:
-            parts = AutoParts(parts_name, parallel_blocks(d, roles, blocking),
-                              d.extents[roles.k])
+        if parts is not None:
             _, k_loop = target.split_k(roles.k, parts)
         block_contraction(target, roles, blocking, k_loop)
+
+    def parts_of(bl, name):
+        # (each tier's parts a name of its own: the call path computes one value a name)
+        return AutoParts(name, parallel_blocks(d, roles, bl), d.extents[roles.k])
 
     def whole_k(target, blocking=blocking):
         # a reduction that fits one kc block and an A that fits L2, or one column
@@ -298,7 +299,7 @@ def _auto_blocked(stage):
                       all_of(wide, less(cols, upper)))
         if single:
             fits = any_of(fits_whole_k(bl), long_k_in_the_tile(bl, upper))
-            cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl)))
+            cases.append((all_of(cond, fits), functools.partial(whole_k, blocking=bl), ()))
         # the full tile's split-K parts where some thread count takes more than one
         # (too few blocks for the threads, a long k), a tier of its own: each tier is
         # built when a call first needs it, and the parts cost a blocked nest a third of
@@ -308,11 +309,12 @@ def _auto_blocked(stage):
         split = parts_possible(parallel_blocks(d, roles, bl), d.extents[roles.k]) \
             if vectors is None else sp.true
         if split is not sp.false:
-            cases.append((all_of(cond, split), functools.partial(
-                blocked, blocking=bl, parts_name=(
-                    f"{d.name}_parts" if vectors is None else f"{d.name}_narrow_parts"))))
+            parts = parts_of(bl, f"{d.name}_parts" if vectors is None else
+                             f"{d.name}_narrow_parts")
+            cases.append((all_of(cond, split),
+                          functools.partial(blocked, blocking=bl, parts=parts), (parts,)))
         if split is not sp.true:
-            cases.append((cond, functools.partial(blocked, blocking=bl)))
+            cases.append((cond, functools.partial(blocked, blocking=bl), ()))
         upper = low
     if roles.batch and single:
         # a batch of products narrower than the narrowest tile (3 x 3, 8 x 8, 64 x 4):
@@ -323,7 +325,7 @@ def _auto_blocked(stage):
         # 4 0.97 -> 1.50 | 1.00 -> 1.64)
         nb = default_blocking(red.dtype, operand_bytes(roles), vectors=1)
         cases.append((all_of(less(cols, narrow), fits_whole_k(nb)),
-                      functools.partial(whole_k, blocking=nb)))
+                      functools.partial(whole_k, blocking=nb), ()))
     # and the calls between the tiles: AVX-512's full tile's rows, but fewer than the
     # one-vector tile's, and fewer columns than the full tile's (2 threads, Zen 5, dot
     # products against the generic order: 11 x 2048 @ 2048 x 16 71 -> 22 us, 8 x 1000 @
@@ -358,19 +360,29 @@ def _auto_blocked(stage):
     elif one_row is not sp.false:
         dot_columns = all_of(dot_columns, negation(all_of(
             one_row, at_least(cols, ONE_ROW_DOT_COLUMNS))))
-    cases.append((dot_columns, dots))
+    cases.append((dot_columns, dots, ()))
     cases.extend(few)
-    for condition, schedule in cases:
+    # each a deferred specialization (handles.Specialization): a call runs one of them,
+    # and a first call's compile schedules, lowers and plans that one (a symbolic matmul:
+    # 13 nests, 60 + 90 ms of scheduling and lowering in all, Emerald Rapids)
+    for condition, schedule, params in cases:
         if condition is sp.true:              # sizes known now: no specialization
             schedule(stage)
             return True
-        if condition is not sp.false:
+        if condition is not sp.false and DEFER_SPECIALIZATIONS:
+            stage.specialize(condition, schedule, params)
+        elif condition is not sp.false:
             schedule(stage.specialize(condition))
     return False
 
 
+# (False: every specialization scheduled at once, the reference tests/test_nests.py
+# compares the deferred ones with)
+DEFER_SPECIALIZATIONS = True
+
+
 def _few_rows_cases(d, roles, rows, mr):
-    """[(Eq(rows, m), schedule)] for m in 1..mr-1: the streamed-rows schedule on a
+    """[(Eq(rows, m), schedule, its parameters)] for m in 1..mr-1: the streamed-rows schedule on a
     specialization whose number of rows is the constant m (handles.specialize fixes
     it), for a plain product (no batch index) with a symbolic number of rows. One row
     no wider than its register tile comes first, with the tile kept for all of K
@@ -390,20 +402,23 @@ def _few_rows_cases(d, roles, rows, mr):
     def count(m):
         return sp.Eq(rows, m, evaluate=False) if symbolic else sp.sympify(rows == m)
 
+    parts = _stream_parts(d, j, k, f"{d.name}_row_parts")
+
     def streamed(st, whole_row=False):
-        _stream_rows_of_b(st, d, j, k, others, f"{d.name}_row_parts", whole_row)
+        _stream_rows_of_b(st, d, j, k, others, parts, whole_row)
     one = count(1)
     cases = []
     if along_k:
         dots = functools.partial(_dots_by_columns, d=d, j=j, rows=others)
-        cases += [(c, dots) for c in _dots_beat_the_stream(d, one, less(rows, mr))
+        cases += [(c, dots, ()) for c in _dots_beat_the_stream(d, one, less(rows, mr))
                   if c is not sp.false]
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
     if narrow is not sp.false:
-        cases.append((all_of(one, narrow), functools.partial(streamed, whole_row=True)))
+        cases.append((all_of(one, narrow), functools.partial(streamed, whole_row=True),
+                      (parts,)))
     if narrow is not sp.true:
-        cases.append((one, streamed))
-    return cases + [(count(m), streamed) for m in range(2, mr)]
+        cases.append((one, streamed, (parts,)))
+    return cases + [(count(m), streamed, (parts,)) for m in range(2, mr)]
 
 
 DOT_MIN_VECTORS = 16    # K of at least this many vectors for _dots_by_columns (2+ rows)
@@ -496,10 +511,11 @@ def _auto_streamed_rows(stage):
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
     if narrow is not sp.false:
         st = stage if narrow is sp.true else stage.specialize(narrow)
-        _stream_rows_of_b(st, d, j, k, others, f"{d.name}_parts", whole_row=True)
+        _stream_rows_of_b(st, d, j, k, others, _stream_parts(d, j, k, f"{d.name}_parts"),
+                          whole_row=True)
         if narrow is sp.true:
             return True
-    _stream_rows_of_b(stage, d, j, k, others, f"{d.name}_parts")
+    _stream_rows_of_b(stage, d, j, k, others, _stream_parts(d, j, k, f"{d.name}_parts"))
     return True
 
 
@@ -533,7 +549,19 @@ def _one_row_width(d):
     return ONE_ROW_VECTORS * target().lanes(d.reduction.dtype)
 
 
-def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
+def _stream_parts(d, j, k, name):
+    """The split-K parts of the streamed-rows schedule: few rows give each thread four
+    parts of a long K (of a shorter one too in a loop, with a B large enough for a team:
+    runtime.STREAM_PARTS, whose `rows` are the columns here and `block` B's element
+    size)."""
+    b_bytes = max((a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
+                   if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
+                                                    for ix in a.index)),
+                  default=d.reduction.dtype.itemsize)
+    return AutoParts(name, d.extents[j], d.extents[k], rule="split_k_stream", block=b_bytes)
+
+
+def _stream_rows_of_b(st, d, j, k, rows, parts, whole_row=False):
     """The streamed-rows schedule (above) on `st`, a stage or a specialization whose
     `rows` loops have constant extents: one row is a loop outside the stream; more (a
     few) are unrolled inside it, each row of B then feeding every row of the output's
@@ -543,15 +571,7 @@ def _stream_rows_of_b(st, d, j, k, rows, parts_name, whole_row=False):
     from .blocking import full_tile_vectors
     lanes = target().lanes(d.reduction.dtype)
     one = all(st.state.axis(st._var("auto", x)).extent == 1 for x in rows)
-    # few rows: the parts rule then gives each thread four parts of a long K (of a
-    # shorter one too in a loop, with a B large enough for a team: runtime.STREAM_PARTS,
-    # whose `rows` are the columns here and `block` B's element size)
-    b_bytes = max((a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
-                   if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
-                                                    for ix in a.index)),
-                  default=d.reduction.dtype.itemsize)
-    ko, ki = st.split_k(k, AutoParts(parts_name, d.extents[j], d.extents[k],
-                                     rule="split_k_stream", block=b_bytes))
+    ko, ki = st.split_k(k, parts)
     # B's four rows unrolled need a guard for K's remainder, and a guard on B's rows
     # with one on its columns makes the partial column tile scalar: with a tile of four
     # 16-lane vectors that is 3.6 MB of IR for five rows (1.8 s to build), so several

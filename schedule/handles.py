@@ -2,12 +2,13 @@
 method resolves its loop arguments, calls a pure primitive (schedule/primitives.py) for
 the new state, and commits it with its step record once the schedule has checked it
 (`Schedule._check`): a refused primitive changes nothing."""
+import threading
 from dataclasses import replace
 
 import sympy as sp
 
 from tex.errors import ScheduleError
-from tex.expr import Index, all_of, negation
+from tex.expr import Index, Param, all_of, negation
 
 from . import primitives as P
 from .display import stage_html
@@ -83,7 +84,10 @@ class StageHandle:
             check_races(epilogue, body, d.name, parted)
         self._store(state)
         for step in steps:
-            self.sched._record(step)
+            self._record(step)
+
+    def _record(self, step):
+        self.sched._record(step)
 
     @property
     def loops(self):
@@ -190,7 +194,7 @@ class StageHandle:
         self.sched._check_vector("reduction_strategy", state, vector.var)
         self._apply(state, *steps)
 
-    def specialize(self, condition):
+    def specialize(self, condition, schedule=None, params=()):
         """A specialization of this stage (Halide's `specialize`): a handle whose
         schedule starts as this one's and is used, at run time, for calls where
         `condition` -- a relation of sizes and call-time parameters, such as
@@ -198,7 +202,12 @@ class StageHandle:
         were made; calls where none holds run this stage's own schedule. Both nests
         are compiled into the one kernel. A condition that fixes a size (`Eq(M, 3)`,
         alone or in a conjunction) makes it a constant in the specialization's loops, so
-        they may be unrolled."""
+        they may be unrolled.
+
+        `schedule(spec)`, for tex's heuristics, is the specialization's schedule, run
+        when something first needs it (its state, its steps, its nest in a build;
+        see Specialization) rather than now; `params`: the parameters it adds (AutoParts),
+        which the kernel's signature needs before."""
         cond = sp.sympify(condition)
         if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
             raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
@@ -215,27 +224,40 @@ class StageHandle:
             spec._store(with_sizes(spec.state, fixed))
         self.specializations.append(spec)
         self.sched._record(Specialize(self.name, str(cond)))
+        if schedule is not None:
+            spec._defer(schedule, params)
         return spec
 
-    def lower(self, buffers, states, epilogue=None):
-        """This stage's Stage node: its own nest, or `if c1: spec1 elif c2: ... else:
-        own` when it has specializations; with the `epilogue` of its fused consumers."""
-        from dataclasses import replace
+    def params(self):
+        """The parameters (tex.param, AutoParts) in this stage's loop extents."""
+        return {x for a in self.state.axes for x in sp.sympify(a.extent).free_symbols
+                if isinstance(x, Param)}
 
-        def nest(state):
+    def lower(self, buffers, states, epilogue=None, holes=False):
+        """This stage's Stage node: its own nest, or `if c1: spec1 elif c2: ... else:
+        own` when it has specializations; with the `epilogue` of its fused consumers.
+        `holes`: the choices' nests are left empty (Guard.hole), to be lowered when a
+        build needs them (schedule/nests.py); not with an epilogue, which spans them."""
+        from dataclasses import replace
+        holes = bool(holes and epilogue is None and self.specializations)
+
+        def nest(handle):
+            if holes:
+                return ()
+            state = handle.state
             if epilogue is not None:
                 state = replace(state, epilogue=epilogue)
             return lower_stage(state, buffers, states).body
-        body = nest(self.state)
+        body = nest(self)
         if self.specializations:
             body, own, taken = [], body, []
             for spec in self.specializations:
                 cond = all_of(spec.condition, *[negation(c) for c in taken])
-                body.append(Guard(cond, nest(spec.state), choice=spec.name,
-                                  shown=spec.condition))
+                body.append(Guard(cond, nest(spec), choice=spec.name,
+                                  shown=spec.condition, hole=holes))
                 taken.append(spec.condition)
             body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name,
-                              shown=sp.true))
+                              shown=sp.true, hole=holes))
         note = None
         if epilogue is not None:
             from .epilogue import around, check_races, describe, privatize_parts
@@ -244,6 +266,14 @@ class StageHandle:
             body = around(epilogue, body, parted)
             note = describe(epilogue)
         return Stage(self.definition, tuple(body), note)
+
+    def choice_states(self):
+        """{choice name: its state}: the specializations' and this stage's own (the
+        names of Guard.choice); a deferred specialization's is a function that runs its
+        schedule and returns the state it gave."""
+        return {**{spec.name: spec.scheduled_state if spec.pending else spec.state
+                   for spec in self.specializations},
+                self.name: self.state}
 
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
@@ -306,7 +336,14 @@ class StageHandle:
 
 class Specialization(StageHandle):
     """`s[C].specialize(cond)`: the schedule of C for calls where `cond` holds. It has
-    the primitives of a stage; its steps are recorded under the name `C#n`."""
+    the primitives of a stage; its steps are recorded under the name `C#n`.
+
+    A deferred one (`specialize(cond, schedule)`, the auto schedule's dozen nests of a
+    symbolic matmul, of which a call runs one) runs `schedule` when first needed: its
+    state read, the schedule's history read or stepped further, its nest built
+    (schedule/nests.py). Until then the history holds a `Deferred` in place of its
+    steps, which are recorded there when it runs (as if it had run at once). It runs in
+    the target it was made in."""
 
     def __init__(self, parent, condition, number):
         super().__init__(parent.sched, parent.definition)
@@ -314,10 +351,40 @@ class Specialization(StageHandle):
         self.name = f"{parent.name}#{number}"
         self._state = parent.state
         self.origin = dict(parent.origin)
+        self._deferred = None       # Deferred, until its schedule runs
+        self._scheduled = None      # the state its deferred schedule gave
+
+    def _defer(self, schedule, params):
+        from .target import target
+        self._deferred = Deferred(self, schedule, tuple(params), target())
+        self.sched._record(self._deferred)
+
+    @property
+    def pending(self):
+        return self._deferred is not None and not self._deferred.ran
 
     @property
     def state(self):
+        if self.pending:
+            self._deferred.run()
         return self._state
+
+    def scheduled_state(self):
+        """The state as its own schedule left it (a deferred one's, run now if not yet):
+        what a kernel compiled before any further step builds."""
+        state = self.state
+        return self._scheduled if self._scheduled is not None else state
+
+    def params(self):
+        if self.pending:
+            return set(self._deferred.params)
+        return super().params()
+
+    def _record(self, step):
+        if self._deferred is not None and self._deferred.running:
+            self._deferred.steps.append(step)
+        else:
+            self.sched._record(step)
 
     def _store(self, state):
         self._state = state
@@ -330,6 +397,51 @@ class Specialization(StageHandle):
         from dataclasses import replace
         state = self.state if epilogue is None else replace(self.state, epilogue=epilogue)
         return lower_stage(state, buffers, states)
+
+
+class Deferred:
+    """A specialization's schedule not run yet (Specialization), in the history in
+    place of its steps; `steps` once it ran."""
+
+    def __init__(self, spec, schedule, params, target):
+        self.spec, self.schedule, self.params, self.target = spec, schedule, params, target
+        self.steps, self.ran, self.running = [], False, False
+        self.error = None           # what the schedule raised: raised again at each use
+        self._lock = threading.RLock()
+
+    @property
+    def stage(self):
+        return self.spec.name
+
+    def run(self):
+        from .target import overriding
+        with self._lock:
+            if self.error is not None:      # (a half-scheduled nest is never built)
+                raise self.error
+            if self.ran or self.running:
+                return
+            self.running = True
+            try:
+                with overriding(self.target):
+                    self.schedule(self.spec)
+            except Exception as e:
+                self.error = e
+                raise
+            finally:
+                self.running, self.ran = False, True
+                self.spec._scheduled = self.spec._state
+            extra = self.spec.params() - set(self.params)
+            if extra:       # the kernel's signature was made without them
+                raise RuntimeError(f"tex: the deferred schedule of {self.spec.name} added "
+                                   f"parameters {sorted(map(str, extra))} it did not declare")
+
+    def expanded(self):
+        """Its steps (running the schedule first if it has not run)."""
+        self.run()
+        return list(self.steps)
+
+    def __repr__(self):
+        return f"Deferred({self.stage!r}{', ran' if self.ran else ''})"
 
 
 def fixed_sizes(cond, sizes):

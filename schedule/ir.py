@@ -99,6 +99,8 @@ class Guard(Node):
     #                             condition is on sizes and parameters only
     shown: sp.Basic = None      # a choice's own condition: `cond` is it and the negations
     #                             of the choices before it, the printer's `elif shown:`
+    hole: bool = False          # a choice whose nest is not lowered yet (schedule/nests.py):
+    #                             a build may only leave it out
 
 
 @dataclass(frozen=True, eq=False)
@@ -283,7 +285,7 @@ def structure_key(kernel):
             out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
                        f"{sym(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
         elif isinstance(n, Guard):
-            out.append(f"{pad}guard {sym(n.cond)} {n.note} {n.choice}")
+            out.append(f"{pad}guard {sym(n.cond)} {n.note} {n.choice}{' hole' * n.hole}")
         elif isinstance(n, Allocate):
             out.append(f"{pad}allocate {buf(n.buffer)}")
         elif isinstance(n, Store):

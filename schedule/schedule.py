@@ -18,16 +18,15 @@ from tex.expr import AutoParts, Param
 from tex.program import as_program
 
 from .display import schedule_html
-from .handles import StageHandle
+from .handles import Deferred, StageHandle
 from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
 from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite, SetKind,
                     Specialize, Split, SplitK, SplitParts, Unfuse, from_json, to_json)
 from . import fusion
-from .vectorize import plan_vectors, vector_refusal
-from .blocked_sums import blocked_sums
-from .edge_tiles import edge_tiles
+from .nests import finish, nests_of
+from .vectorize import vector_refusal
 
 
 def buffers_for(program):
@@ -51,7 +50,9 @@ class Schedule:
         self._fused = {}            # consumer definition -> Fused: run in a root's epilogue
         self._sliced = {}           # root -> fusion.Slicing: computed as its slices
         self.not_fused = {}         # (consumer, producer) names -> why s.auto() did not fuse
-        self.history = []
+        self._history = []          # steps, and handles.Deferred in place of a deferred
+        #                             specialization's steps
+        self._in_auto = False       # s.auto() running: its deferred specializations wait
 
     def _adopt(self, program):
         self.program = program
@@ -64,9 +65,9 @@ class Schedule:
         once, sums over a contraction's output moved inside it), before any other step;
         `s.rewrites` says what they did. Part of s.auto()."""
         from .rewrite import rewrite
-        if self.history:
+        if self._history:
             raise ScheduleError("rewrite: the program is rewritten before any other step "
-                                f"(this schedule has {len(self.history)})")
+                                f"(this schedule has {len(self._history)})")
         program, notes = rewrite(self.program, self.fast_math)
         self._adopt(program)
         self.rewrites = notes
@@ -105,28 +106,50 @@ class Schedule:
     def stages(self):
         return [self._stages[d] for d in self.program.definitions]
 
+    @property
+    def history(self):
+        """The steps so far (a list of step records): replayed on a fresh schedule of
+        the program, they give this loop nest."""
+        return expand(self._history)
+
     def _record(self, step):
-        self.history.append(step)
+        if not self._in_auto:       # a step after s.auto(): its deferred schedules first,
+            self._run_deferred()    # in the schedule they were made for
+        self._history.append(step)
+
+    def _run_deferred(self):
+        for entry in list(self._history):
+            if isinstance(entry, Deferred):
+                entry.run()
 
     def _buffers(self):
         return self._buffer_map
 
     def kernel(self):
         """The scheduled loop nest (tex.scheduler.ir.Kernel), its vector plan included."""
-        p, buffers = self.program, self._buffers()
-        root_of = {d: f.into for d, f in self._fused.items()}
+        buffers = self._buffers()
         body = tuple(self._stages[d].lower(buffers, self._states, self._epilogue(d))
-                     for d in fusion.stage_order(p, root_of) if d not in self._hosted_by)
-        params = set(p.params)
-        states = list(self._states.values()) + [spec.state for st in self._stages.values()
-                                                for spec in st.specializations]
-        for state in states:
-            for a in state.axes:
-                params |= {x for x in sp.sympify(a.extent).free_symbols if isinstance(x, Param)}
-        kernel = Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
-                        outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
-                        params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
-        return plan_vectors(edge_tiles(blocked_sums(kernel)), self.fast_math)
+                     for d in self._stage_order())
+        return finish(self._kernel_of(body), self.fast_math)
+
+    def nests(self):
+        """The scheduled loop nest as a schedule/nests.Nests: the specializations' nests
+        are lowered when a build first needs them (what tex.compile builds from)."""
+        return nests_of(self)
+
+    def _stage_order(self):
+        root_of = {d: f.into for d, f in self._fused.items()}
+        return [d for d in fusion.stage_order(self.program, root_of)
+                if d not in self._hosted_by]
+
+    def _kernel_of(self, body):
+        """A Kernel of these stages over the program's buffers and parameters."""
+        p, buffers = self.program, self._buffers()
+        params = set(p.params).union(*(h.params() for st in self._stages.values()
+                                        for h in [st, *st.specializations]))
+        return Kernel(body, inputs=tuple(buffers[t] for t in p.inputs),
+                      outputs=tuple(buffers[d] for d in p.outputs), sizes=p.sizes,
+                      params=tuple(sorted(params, key=str)), bindings=p.size_bindings())
 
     # ------------------------------------------------------------ fusion
     def _epilogue(self, root):
@@ -177,7 +200,7 @@ class Schedule:
             raise ScheduleError(f"fuse: {d.name} reads several definitions ({names}); "
                                 f"say which with into=")
         root = candidates[0]
-        own = [st for st in self.history if st.stage.partition("#")[0] == d.name and
+        own = [st for st in self._history if st.stage.partition("#")[0] == d.name and
                not isinstance(st, (Fuse, Unfuse, NotFused))]
         if own or cons.specializations:
             raise ScheduleError(f"fuse: {d.name} has a schedule of its own ({len(own)} "
@@ -227,7 +250,7 @@ class Schedule:
                 "read by " + ", ".join(others) if others else "fused with others"
             refuse(f"{why}; its slices cannot replace {root.name}, which is also {what}")
         if any(st.stage.partition("#")[0] == root.name and
-               not isinstance(st, (Fuse, Unfuse, NotFused)) for st in self.history):
+               not isinstance(st, (Fuse, Unfuse, NotFused)) for st in self._history):
             refuse(f"{why}; computing {root.name} as slices changes its loops, and it has "
                    "a schedule already: fuse before scheduling it")
         mapping = fusion.sliced_map(consumer, root, plan)
@@ -285,9 +308,14 @@ class Schedule:
         of a definition it reads, where the index maps allow; `fuse=False` leaves every
         definition its own nest), then each kernel's schedule."""
         from .auto import auto_schedule
-        if fuse and not self.history:
+        self._run_deferred()
+        if fuse and not self._history:
             self.rewrite()
-        auto_schedule(self, fuse)
+        self._in_auto = True
+        try:
+            auto_schedule(self, fuse)
+        finally:
+            self._in_auto = False
         return self
 
     def __str__(self):
@@ -381,6 +409,15 @@ class Schedule:
     @property
     def buffers(self):
         return [b for b in self._buffers().values() if b.scope is Scope.TEMP]
+
+
+def expand(entries):
+    """History entries as steps: each Deferred as the steps its schedule records (run
+    now if it has not run)."""
+    out = []
+    for entry in entries:
+        out.extend(entry.expanded() if isinstance(entry, Deferred) else (entry,))
+    return out
 
 
 def _replayed(program, fast_math, history):

@@ -26,6 +26,7 @@ from tex.expr import Access, CeilDiv, Const, IndexValue, Op
 
 from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Stage, Store,
                              Update, buffers_of, map_nest, symbols_of, walk)
+from ...scheduler.nests import choice_guards
 from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
 from .entry import emit_entry
@@ -79,6 +80,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         # the choices (by number) whose nests this build leaves out
         self.deferred = {id(g): n for n, g in enumerate(choices(kernel)) if n in deferred}
+        holes = [g.choice for g in choices(kernel) if g.hole and id(g) not in self.deferred]
+        if holes:
+            raise ValueError(f"codegen: the nests of {', '.join(holes)} are not lowered "
+                             "(schedule/nests.py: a build has the nests it does not defer)")
         self.bounds_check = bounds_check
         self.checks = []         # BoundsCheck of each checked access, by number
         self.stage = None        # the definition whose statements are being emitted
@@ -526,7 +531,7 @@ def settings():
 def choices(kernel):
     """The guards that choose among a stage's specializations (Guard.choice), in the
     order of the nest: their numbers are what `deferred` and STATUS_DEFERRED name."""
-    return [n for n in walk(kernel) if isinstance(n, Guard) and n.choice is not None]
+    return choice_guards(kernel)
 
 
 def build(kernel, name, fast_math=True, bounds_check=False, deferred=()):
@@ -537,10 +542,11 @@ def build(kernel, name, fast_math=True, bounds_check=False, deferred=()):
     return Codegen(kernel, name, fast_math, bounds_check, deferred).build()
 
 
-def bounds_checks(kernel, name, fast_math=True):
+def bounds_checks(kernel, name, fast_math=True, deferred=()):
     """The BoundsCheck records of a bounds_check kernel, by number (code generation is
-    deterministic: they number the checks of the machine code built from this kernel)."""
-    cg = Codegen(kernel, name, fast_math, bounds_check=True)
+    deterministic: they number the checks of the machine code built from this kernel
+    with these choices left out)."""
+    cg = Codegen(kernel, name, fast_math, bounds_check=True, deferred=deferred)
     cg.build()
     return cg.checks
 

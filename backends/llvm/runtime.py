@@ -10,13 +10,11 @@ Python on that path; everything slow (coercion, copies for overlapping `out=`,
 misaligned views, error messages) lives in helpers that run only when needed.
 """
 import builtins
-import collections
 import ctypes
 import operator
 import os
 import re
 import secrets
-import threading
 import weakref
 
 import numpy as np
@@ -28,10 +26,13 @@ from tex.expr import AutoParts
 from tex.program import as_program
 
 from ...gcpause import paused
-from ...scheduler.ir import Scope, structure_key
+from ...scheduler.ir import Scope
+from ...scheduler.nests import Nests
+from ...scheduler.target import overriding
 from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
-from . import choices, codegen, irtypes, jit, split, threads
+from . import codegen, irtypes, jit, threads
+from .builds import Signature, _build
 from .parallel import MIDDLING_MIN_BYTES
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
@@ -109,63 +110,40 @@ def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
         sched = target
     if bounds_check is None:
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
-    f = compile_kernel(sched.program, sched.kernel(), fast_math, name, bool(bounds_check),
+    f = compile_kernel(sched.program, sched.nests(), fast_math, name, bool(bounds_check),
                        casting, sizes)
-    f._rebuild = (sched.source, sched.fast_math, tuple(sched.history), fast_math, name,
-                  bool(bounds_check), casting)
+    # (the history as it is now: a deferred specialization's steps are read, running
+    # its schedule, only when the function is pickled)
+    f._rebuild_entries = (sched.source, sched.fast_math, tuple(sched._history), fast_math,
+                          name, bool(bounds_check), casting)
     return f
 
 
 def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False,
                    casting="safe", sizes=None):
-    """The CompiledFunction of a loop nest (`Schedule.kernel()`) of `program`.
+    """The CompiledFunction of a loop nest of `program`: a Kernel, or the Nests of a
+    schedule (`Schedule.nests()`: a specialization's nest is lowered when built).
 
     Of the nests among which stages choose by size (codegen.choices: specializations),
     it builds those that calls at `sizes` ([{Size: value}], or one such dict) run;
     without `sizes`, none (a dispatch that returns STATUS_DEFERRED); with EVERY, all.
     A call that needs a nest left out has the kernel built again with it
     (`Signature.build_choice`). `f.llvm_ir` and `f.asm` show every nest."""
+    nests = Nests.of(kernel)
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     if isinstance(sizes, str) and sizes == EVERY:
         deferred = frozenset()
     elif sizes is None:
-        deferred = frozenset(range(len(codegen.choices(kernel))))
+        deferred = frozenset(range(len(nests.choices)))
     else:
-        deferred = not_taken(kernel, sizes)
-    built = _build(kernel, symbol, fast_math, bounds_check, deferred)
-    compiled = CompiledFunction(program, kernel, built)
+        deferred = not_taken(nests.skeleton, sizes)
+    built = _build(nests, symbol, fast_math, bounds_check, deferred)
+    compiled = CompiledFunction(program, nests, built)
     compiled.casting = compiled._sig.casting = casting
     return compiled
 
 
 EVERY = "every"         # compile_kernel(sizes=EVERY): build every nest at once
-
-
-# A kernel's machine code: its address, the image holding it, its cache key, its IR
-# (a function: generated on first use), the address of its bounds record (0 without),
-# the choices it left out, and what built it.
-Built = collections.namedtuple(
-    "Built", "address image key make_ir bounds deferred kernel symbol fast_math bounds_check")
-
-
-def _build(kernel, symbol, fast_math, bounds_check, deferred):
-    ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
-
-    def make_ir():
-        if not ir_text:
-            ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check,
-                                             deferred)))
-        return ir_text[0]
-    text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
-            f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
-    threads.runtime()       # the pool and interrupt flag every kernel links against
-    key = jit.cache_key(text)
-    address, image = jit.load_key(key, symbol, make_ir,
-                                  large=len(text) > split.LARGE_NEST_BYTES)
-    # a kernel without loops has no bounds record (and cannot go out of bounds): 0
-    bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
-    return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,
-                 bounds_check)
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -186,88 +164,12 @@ def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_c
     return f
 
 
-class Signature:
-    """What a compiled function's call path and its error paths need: the program, the
-    loop nest, the entry point, and the image whose code it runs (referenced here so
-    that the code lives as long as any holder of the call path; never the
-    CompiledFunction itself, which would make a reference cycle that only the garbage
-    collector frees -- and with it the JIT memory)."""
-
-    def __init__(self, program, built):
-        kernel = built.kernel
-        self.program, self.kernel, self.symbol = program, kernel, built.symbol
-        n_arrays = len(kernel.inputs) + len(kernel.outputs)
-        n_ints = len(kernel.params) + 1                 # the parameters and the thread count
-        self.proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                       + [ctypes.c_int64] * n_ints))
-        self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
-        self.casting = "safe"    # numpy's casting rule for inputs of another dtype
-        self.owner = None        # a weak reference to the CompiledFunction (dask calls)
-        self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
-        self.builds = []         # every build of the kernel so far (build_choice)
-        self._building = threading.Lock()   # one build_choice at a time
-        self.switches = 0        # build_choice's changes of build
-        self._not_taken_at = None    # choices.decider of the kernel, once needed
-        self._every_choice = None
-        self.use(built)
-
-    @property
-    def deferred(self):
-        """The choices (codegen.choices) that no build so far has."""
-        return frozenset.intersection(*(b.deferred for b in self.builds))
-
-    def use(self, built):
-        """Run `built`'s code from now on."""
-        if all(b is not built for b in self.builds):
-            self.builds.append(built)   # its image: the code lives as long as this
-        self.built = built
-        self.cfunc = self.proto(built.address)
-        self.object_key = built.key          # what backends/llvm/warm.py records
-        # bounds_check kernels: (fast_math, address of the record)
-        self.bounds = (built.fast_math, built.bounds) if built.bounds_check else None
-        if self.scope is not None:
-            self.scope["_cfunc"] = self.cfunc
-
-    def build_choice(self, number, inputs, params):
-        """Run a build that has the choice `number` from now on (a call with these
-        inputs and parameters needs it: STATUS_DEFERRED): an earlier build with every
-        choice the call takes (one a stage), else a build of those alone. The nests
-        built before are not compiled again: a matmul first called with 256 rows, then
-        with 3, compiles the 3-row nest alone (0.31 s, where compiling both took 0.70).
-        A call runs the build used last; one that needs another returns
-        STATUS_DEFERRED before computing anything and switches (10-20 us). Calls that
-        keep switching (MAX_SWITCHES) get one build of every choice built so far.
-        Concurrent calls that need the same new nest compile it once (the others wait
-        and find it)."""
-        with self._building, paused():
-            self._choose(number, inputs, params)
-
-    def _choose(self, number, inputs, params):
-        b = self.built
-        if self._not_taken_at is None:
-            self._not_taken_at = choices.decider(b.kernel)
-            self._every_choice = frozenset(range(len(codegen.choices(b.kernel))))
-        deferred = self._not_taken_at(call_values(b.kernel, inputs, params)) - {number}
-        self.switches += 1
-        if self.switches > MAX_SWITCHES and len(self.builds) > 1:
-            deferred = deferred.intersection(*(o.deferred for o in self.builds))
-        want = self._every_choice - deferred
-        for other in reversed(self.builds):
-            if not want & other.deferred:
-                self.use(other)
-                return
-        self.use(_build(b.kernel, b.symbol, b.fast_math, b.bounds_check, deferred))
-
-
-MAX_SWITCHES = 8        # changes of build (Signature.build_choice) before one build of all
-
-
 class CompiledFunction:
     """A compiled program. Call it with the inputs (by position, in order of first use,
     or by name), call-time parameters by keyword and optionally `out=`."""
 
-    def __init__(self, program, kernel, built):
-        self.program, self.kernel, self.symbol = program, kernel, built.symbol
+    def __init__(self, program, nests, built):
+        self.program, self._nests, self.symbol = program, nests, built.symbol
         self._sig = Signature(program, built)
         self._sig.owner = weakref.ref(self)
         self._asm = None         # the assembly of llvm_ir, once f.asm is read
@@ -305,8 +207,27 @@ class CompiledFunction:
         if not b.deferred:
             return b.make_ir()
         if self._full_ir is None:
-            self._full_ir = str(codegen.build(b.kernel, b.symbol, b.fast_math, b.bounds_check))
+            with overriding(self._nests.target):
+                self._full_ir = str(codegen.build(self.kernel, b.symbol, b.fast_math,
+                                                  b.bounds_check))
         return self._full_ir
+
+    _rebuild_entries = None     # (program, its fast_math, history entries, compile flags)
+
+    @property
+    def _rebuild(self):
+        """What rebuilds this function (its pickle): the program, the schedule's fast_math
+        and steps, the compile flags; None for a function of a hand-made nest."""
+        if self._rebuild_entries is None:
+            return None
+        from ...scheduler.schedule import expand
+        source, sched_fast_math, history, *flags = self._rebuild_entries
+        return (source, sched_fast_math, tuple(expand(history)), *flags)
+
+    @property
+    def kernel(self):
+        """The loop nest (tex.scheduler.ir.Kernel) with every specialization's nest."""
+        return self._nests.kernel()
 
     @property
     def loop_nest(self):
@@ -316,7 +237,9 @@ class CompiledFunction:
     def asm(self):
         """The assembly of llvm_ir (every nest)."""
         if self._asm is None:
-            self._asm = jit.assembly(self.llvm_ir)
+            ir_text = self.llvm_ir
+            with overriding(self._nests.target):
+                self._asm = jit.assembly(ir_text)
         return self._asm
 
     @property
@@ -685,7 +608,7 @@ def _bounds_message(sig, number):
     """The IndexError of a failed bounds check: the check (from the code generator,
     which numbers them deterministically) and the values the kernel recorded."""
     fast_math, address = sig.bounds
-    check = codegen.bounds_checks(sig.kernel, sig.symbol, fast_math)[number]
+    check = codegen.bounds_checks(sig.kernel, sig.symbol, fast_math, sig.built.deferred)[number]
     record = (ctypes.c_int64 * (3 + BOUNDS_LOOPS)).from_address(address)
     value, dim, n = record[0], record[1], record[2]
     loops = ", ".join(f"{v.name}={x}" for v, x in zip(check.loops, record[3:3 + n]))

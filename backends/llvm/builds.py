@@ -1,0 +1,133 @@
+"""A compiled function's builds: machine code for the nests its calls need.
+
+A kernel whose stages choose among specialized nests (codegen.choices) is built with
+the nests its calls run so far (`_build`: the others left out, returning
+STATUS_DEFERRED); `Signature` holds a function's builds and switches between them, or
+makes a new one, when a call needs a nest its current build lacks (`build_choice`).
+"""
+import collections
+import ctypes
+import threading
+
+from tex.expr import AutoParts
+
+from ...gcpause import paused
+from ...scheduler.ir import structure_key
+from ...scheduler.target import overriding
+from . import choices, codegen, jit, split, threads
+from .choices import call_values
+
+
+# A kernel's machine code: its address, the image holding it, its cache key, its IR
+# (a function: generated on first use), the address of its bounds record (0 without),
+# the choices it left out, and what built it: the kernel it was generated from (holes
+# where deferred) and the Nests that kernel came from.
+Built = collections.namedtuple(
+    "Built", "address image key make_ir bounds deferred kernel symbol fast_math bounds_check "
+             "nests")
+
+
+def _build(nests, symbol, fast_math, bounds_check, deferred):
+    """A build of the kernel without the choices in `deferred`, for the target it was
+    compiled for (a nest a later call needs is built for it, whatever target() is then)."""
+    with overriding(nests.target):
+        return _build_for_target(nests, symbol, fast_math, bounds_check, deferred)
+
+
+def _build_for_target(nests, symbol, fast_math, bounds_check, deferred):
+    kernel = nests.kernel(deferred)
+    ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
+
+    def make_ir():
+        if not ir_text:
+            with overriding(nests.target):
+                ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check,
+                                                 deferred)))
+        return ir_text[0]
+    text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
+            f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
+    threads.runtime()       # the pool and interrupt flag every kernel links against
+    key = jit.cache_key(text)
+    address, image = jit.load_key(key, symbol, make_ir,
+                                  large=len(text) > split.LARGE_NEST_BYTES)
+    # a kernel without loops has no bounds record (and cannot go out of bounds): 0
+    bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
+    return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,
+                 bounds_check, nests)
+
+
+class Signature:
+    """What a compiled function's call path and its error paths need: the program, the
+    loop nest, the entry point, and the image whose code it runs (referenced here so
+    that the code lives as long as any holder of the call path; never the
+    CompiledFunction itself, which would make a reference cycle that only the garbage
+    collector frees -- and with it the JIT memory)."""
+
+    def __init__(self, program, built):
+        kernel = built.kernel
+        self.program, self.kernel, self.symbol = program, kernel, built.symbol
+        n_arrays = len(kernel.inputs) + len(kernel.outputs)
+        n_ints = len(kernel.params) + 1                 # the parameters and the thread count
+        self.proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
+                                                       + [ctypes.c_int64] * n_ints))
+        self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
+        self.casting = "safe"    # numpy's casting rule for inputs of another dtype
+        self.owner = None        # a weak reference to the CompiledFunction (dask calls)
+        self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
+        self.builds = []         # every build of the kernel so far (build_choice)
+        self._building = threading.Lock()   # one build_choice at a time
+        self.switches = 0        # build_choice's changes of build
+        self._not_taken_at = None    # choices.decider of the kernel, once needed
+        self._every_choice = None
+        self.use(built)
+
+    @property
+    def deferred(self):
+        """The choices (codegen.choices) that no build so far has."""
+        return frozenset.intersection(*(b.deferred for b in self.builds))
+
+    def use(self, built):
+        """Run `built`'s code from now on."""
+        if all(b is not built for b in self.builds):
+            self.builds.append(built)   # its image: the code lives as long as this
+        self.built = built
+        self.cfunc = self.proto(built.address)
+        self.kernel = built.kernel           # what its statuses' numbers refer to
+        self.object_key = built.key          # what backends/llvm/warm.py records
+        # bounds_check kernels: (fast_math, address of the record)
+        self.bounds = (built.fast_math, built.bounds) if built.bounds_check else None
+        if self.scope is not None:
+            self.scope["_cfunc"] = self.cfunc
+
+    def build_choice(self, number, inputs, params):
+        """Run a build that has the choice `number` from now on (a call with these
+        inputs and parameters needs it: STATUS_DEFERRED): an earlier build with every
+        choice the call takes (one a stage), else a build of those alone. The nests
+        built before are not compiled again: a matmul first called with 256 rows, then
+        with 3, compiles the 3-row nest alone (0.31 s, where compiling both took 0.70).
+        A call runs the build used last; one that needs another returns
+        STATUS_DEFERRED before computing anything and switches (10-20 us). Calls that
+        keep switching (MAX_SWITCHES) get one build of every choice built so far.
+        Concurrent calls that need the same new nest compile it once (the others wait
+        and find it)."""
+        with self._building, paused():
+            self._choose(number, inputs, params)
+
+    def _choose(self, number, inputs, params):
+        b = self.built
+        if self._not_taken_at is None:
+            self._not_taken_at = choices.decider(b.nests.skeleton)
+            self._every_choice = frozenset(range(len(b.nests.choices)))
+        deferred = self._not_taken_at(call_values(b.kernel, inputs, params)) - {number}
+        self.switches += 1
+        if self.switches > MAX_SWITCHES and len(self.builds) > 1:
+            deferred = deferred.intersection(*(o.deferred for o in self.builds))
+        want = self._every_choice - deferred
+        for other in reversed(self.builds):
+            if not want & other.deferred:
+                self.use(other)
+                return
+        self.use(_build(b.nests, b.symbol, b.fast_math, b.bounds_check, deferred))
+
+
+MAX_SWITCHES = 8        # changes of build (Signature.build_choice) before one build of all

@@ -102,6 +102,8 @@ def _emit_all(nodes, names, ind, lines):
             note = f"  # {g.note}" if g.note else ""
             cond = "" if head == "else" else f" {names.sym(g.shown)}"
             lines.append(f"{pad}{head}{cond}:{note}")
+            if g.hole:          # (schedule/nests.py: lowered when a build needs it)
+                lines.append(f"{pad}  ...  # not lowered yet")
             _emit_all(g.body, names, ind + 1, lines)
         k = end
 

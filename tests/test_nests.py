@@ -11,6 +11,7 @@ from tex.errors import ScheduleError
 from tex.expr import AutoParts
 from tex.scheduler.handles import Deferred
 from tex.scheduler.ir import structure_key
+from tex.scheduler.printer import format_nest
 from tex.scheduler.schedule import Schedule
 from tex.scheduler.target import named, overriding
 
@@ -92,6 +93,7 @@ def test_a_symbolic_matmul_defers_its_specializations_until_needed():
     f = tex.compile(s, sizes={size: 256 for size in s.program.sizes})
     # the 256^3 call's nest ran its schedule; the others still wait
     assert len(_pending(s)) == len(pending) - 1
+    assert format_nest(f._sig.kernel).count("...  # not lowered yet") == len(pending)
     rng = np.random.default_rng(0)
     for m, n, k in [(256, 256, 256), (1, 300, 70), (3, 65, 63), (7, 7, 1000), (65, 1, 7),
                     (5, 40, 1)]:
@@ -101,6 +103,8 @@ def test_a_symbolic_matmul_defers_its_specializations_until_needed():
     a = rng.standard_normal((130, 100)).astype(np.float32)[::2, ::-1]   # strided views
     b = rng.standard_normal((100, 90)).astype(np.float32)[:, 1::3]
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
+    assert "not lowered yet" not in f.loop_nest          # every nest, lowered now
+    assert not _pending(s)
 
 
 def test_the_history_is_the_same_whichever_deferred_schedule_runs_first():

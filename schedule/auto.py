@@ -39,7 +39,18 @@ from .target import target
 
 
 def auto_schedule(sched, fuse=True, keep=()):
-    """Schedule every stage but those in `keep` (scheduled already: tex.tune's plans)."""
+    """Schedule every stage but those in `keep` (scheduled already: tex.tune's plans).
+    Its specializations' schedules are deferred (handles.Specialization): the steps it
+    records meanwhile do not run them, as a user's later step does."""
+    sched._run_deferred()
+    sched._in_auto = True
+    try:
+        return _auto_schedule(sched, fuse, keep)
+    finally:
+        sched._in_auto = False
+
+
+def _auto_schedule(sched, fuse, keep):
     if fuse:
         _form_kernels(sched)
     for stage in sched.stages:

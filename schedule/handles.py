@@ -230,6 +230,9 @@ class StageHandle:
 
     def params(self):
         """The parameters (tex.param, AutoParts) in this stage's loop extents."""
+        return self._state_params()
+
+    def _state_params(self):
         return {x for a in self.state.axes for x in sp.sympify(a.extent).free_symbols
                 if isinstance(x, Param)}
 
@@ -365,8 +368,8 @@ class Specialization(StageHandle):
 
     @property
     def state(self):
-        if self.pending:
-            self._deferred.run()
+        if self._deferred is not None and (self.pending or self._deferred.error):
+            self._deferred.run()        # (raises again what it raised: no half schedule)
         return self._state
 
     def scheduled_state(self):
@@ -417,23 +420,24 @@ class Deferred:
         from .target import overriding
         with self._lock:
             if self.error is not None:      # (a half-scheduled nest is never built)
-                raise self.error
+                raise _again(self.error)
             if self.ran or self.running:
                 return
             self.running = True
             try:
                 with overriding(self.target):
                     self.schedule(self.spec)
+                extra = self.spec._state_params() - set(self.params)
+                if extra:       # the kernel's signature was made without them
+                    raise RuntimeError(f"tex: the deferred schedule of {self.spec.name} "
+                                       f"added parameters {sorted(map(str, extra))} it did "
+                                       "not declare")
             except Exception as e:
-                self.error = e
+                self.error = _again(e)      # (without its traceback: the caller's frames)
                 raise
             finally:
                 self.running, self.ran = False, True
                 self.spec._scheduled = self.spec._state
-            extra = self.spec.params() - set(self.params)
-            if extra:       # the kernel's signature was made without them
-                raise RuntimeError(f"tex: the deferred schedule of {self.spec.name} added "
-                                   f"parameters {sorted(map(str, extra))} it did not declare")
 
     def expanded(self):
         """Its steps (running the schedule first if it has not run)."""
@@ -442,6 +446,14 @@ class Deferred:
 
     def __repr__(self):
         return f"Deferred({self.stage!r}{', ran' if self.ran else ''})"
+
+
+def _again(error):
+    """A copy of an exception, to raise once more without the first raise's frames."""
+    try:
+        return type(error)(*error.args)
+    except Exception:       # noqa: BLE001 -- an exception class with another signature
+        return RuntimeError(str(error))
 
 
 def fixed_sizes(cond, sizes):

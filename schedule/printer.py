@@ -85,6 +85,9 @@ def _chain(guards):
     return heads
 
 
+HOLE = "...  # not lowered yet"       # a choice's nest a build has not needed (nests.py)
+
+
 def _emit_all(nodes, names, ind, lines):
     """Sibling nodes, a stage's choices as one if/elif/else chain."""
     nodes, k = list(nodes), 0
@@ -103,7 +106,7 @@ def _emit_all(nodes, names, ind, lines):
             cond = "" if head == "else" else f" {names.sym(g.shown)}"
             lines.append(f"{pad}{head}{cond}:{note}")
             if g.hole:          # (schedule/nests.py: lowered when a build needs it)
-                lines.append(f"{pad}  ...  # not lowered yet")
+                lines.append(f"{pad}  {HOLE}")
             _emit_all(g.body, names, ind + 1, lines)
         k = end
 

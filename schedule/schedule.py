@@ -52,7 +52,7 @@ class Schedule:
         self.not_fused = {}         # (consumer, producer) names -> why s.auto() did not fuse
         self._history = []          # steps, and handles.Deferred in place of a deferred
         #                             specialization's steps
-        self._in_auto = False       # s.auto() running: its deferred specializations wait
+        self._in_auto = False       # auto_schedule running: its deferred specializations wait
 
     def _adopt(self, program):
         self.program = program
@@ -308,14 +308,9 @@ class Schedule:
         of a definition it reads, where the index maps allow; `fuse=False` leaves every
         definition its own nest), then each kernel's schedule."""
         from .auto import auto_schedule
-        self._run_deferred()
         if fuse and not self._history:
             self.rewrite()
-        self._in_auto = True
-        try:
-            auto_schedule(self, fuse)
-        finally:
-            self._in_auto = False
+        auto_schedule(self, fuse)
         return self
 
     def __str__(self):

@@ -201,10 +201,41 @@ def test_a_deferred_schedule_that_adds_an_undeclared_parameter_is_an_error():
     def schedule(st):
         st.split_k("k", AutoParts("C_parts", M, K))
     s[C].specialize(M >= 2, schedule)
-    with pytest.raises(RuntimeError, match="did not declare"):
-        s.nests().kernel()
+    for _ in range(2):                   # and again: never a kernel without it
+        with pytest.raises(RuntimeError, match="did not declare"):
+            s.nests().kernel()
     s2 = tex.schedule(C)
     s2[C].specialize(M >= 2, schedule, params=(AutoParts("C_parts", M, K),))
     f = tex.compile(s2)
     a = np.ones((5, 7), np.float32)
     np.testing.assert_allclose(f(a, a.T.copy()), a @ a.T)
+
+
+def test_a_deferred_schedule_that_fails_fails_at_every_use():
+    """A schedule that raises half way is never built half done: each later call
+    raises the same error."""
+    C = _matmul()
+    s = tex.schedule(C)
+    M = next(x for x in s.program.sizes if str(x) == "M")
+
+    def schedule(st):
+        st.split("i", 4)
+        st.split("no_such_loop", 4)
+    s[C].specialize(M >= 2, schedule)
+    f = tex.compile(s)
+    a = np.ones((5, 7), np.float32)
+    for _ in range(2):
+        with pytest.raises(ScheduleError, match="no_such_loop"):
+            f(a, a.T.copy())
+    np.testing.assert_allclose(f(a[:1], a.T.copy()), a[:1] @ a.T)   # the other nest runs
+
+
+def test_the_tuned_schedule_and_the_display_leave_the_deferred_schedules_waiting():
+    from tex.scheduler import tuning
+    C = _matmul()
+    s = tuning.build(tex.schedule(C).program, [])
+    assert len(_pending(s)) == len(s[C].specializations) >= 10
+    f = tex.compile(s, sizes={x: 256 for x in s.program.sizes})
+    html = f._repr_html_()
+    assert "not lowered yet" in html and "f.loop_nest" in html
+    assert len(_pending(s)) == len(s[C].specializations) - 1

@@ -510,6 +510,17 @@ def choice_owners(kernel):
     return {b: guards[next(iter(g))] for b, g in users.items() if len(g) == 1 and None not in g}
 
 
+def allocated_buffers(kernel):
+    """The intermediate buffers a kernel allocates (outputs excluded): for display."""
+    out = []
+    for stage in kernel.body:
+        for b in buffers_of(stage):
+            wanted = b.scope is Scope.TEMP or (b.scope is Scope.LOCAL and b.shape)
+            if wanted and b not in out:
+                out.append(b)
+    return out
+
+
 def kernel_buffers(kernel):
     seen = {}
     for stage in kernel.body:

@@ -26,7 +26,6 @@ from tex.expr import AutoParts
 from tex.program import as_program
 
 from ...gcpause import paused
-from ...scheduler.ir import Scope
 from ...scheduler.nests import Nests
 from ...scheduler.target import overriding
 from ...scheduler.primitives import show
@@ -249,14 +248,7 @@ class CompiledFunction:
     @property
     def buffers(self):
         """The intermediate buffers the kernel allocates (outputs excluded)."""
-        from ...scheduler.ir import buffers_of
-        out = []
-        for stage in self.kernel.body:
-            for b in buffers_of(stage):
-                wanted = b.scope is Scope.TEMP or (b.scope is Scope.LOCAL and b.shape)
-                if wanted and b not in out:
-                    out.append(b)
-        return out
+        return codegen.allocated_buffers(self.kernel)
 
     def __repr__(self):
         sig = self.program.signature()
@@ -451,7 +443,7 @@ class _Lazy(Exception):
 def _lazy(sig, args, params, out):
     from ...dask import call_compiled
     f = sig.owner() if sig.owner is not None else None
-    if f is None or getattr(f, "_rebuild", None) is None:
+    if f is None or f._rebuild_entries is None:
         raise TypeError(f"{sig.symbol}: dask arrays need a function from tex.compile")
     try:
         return call_compiled(f, args, params, out)
@@ -608,7 +600,10 @@ def _bounds_message(sig, number):
     """The IndexError of a failed bounds check: the check (from the code generator,
     which numbers them deterministically) and the values the kernel recorded."""
     fast_math, address = sig.bounds
-    check = codegen.bounds_checks(sig.kernel, sig.symbol, fast_math, sig.built.deferred)[number]
+    built = sig.built           # (the build that ran: its kernel numbers the checks)
+    with overriding(built.nests.target):
+        check = codegen.bounds_checks(built.kernel, sig.symbol, fast_math,
+                                      built.deferred)[number]
     record = (ctypes.c_int64 * (3 + BOUNDS_LOOPS)).from_address(address)
     value, dim, n = record[0], record[1], record[2]
     loops = ", ".join(f"{v.name}={x}" for v, x in zip(check.loops, record[3:3 + n]))

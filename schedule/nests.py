@@ -19,7 +19,7 @@ import threading
 
 from .blocked_sums import blocked_sums
 from .edge_tiles import edge_tiles
-from .ir import Guard, Kernel, Stage, walk
+from .ir import Guard, Stage, walk
 from .stage import lower_stage
 from .target import overriding, target
 from .vectorize import plan_vectors
@@ -45,7 +45,7 @@ class Nests:
                  fast_math=True):
         self.skeleton = skeleton
         self.target = target()      # what the kernel's code is for
-        self._states, self._buffers = states or {}, buffers
+        self._states, self._buffers = states or {}, dict(buffers or {})
         self._all_states, self._fast_math = dict(all_states or {}), fast_math
         self._guards = choice_guards(skeleton)
         self._stage_of = {id(g): st.definition for st in skeleton.body
@@ -112,6 +112,3 @@ def nests_of(sched):
         body.append(lowered)
     skeleton = finish(sched._kernel_of(tuple(body)), sched.fast_math)
     return Nests(skeleton, holes, buffers, states, sched.fast_math)
-
-
-__all__ = ["Kernel", "Nests", "choice_guards", "finish", "nests_of"]

@@ -84,7 +84,7 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
 
     A kernel whose stages have specializations (the auto schedule of a symbolic matmul
-    has nine nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
+    has 13 nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
     the caller knows that call's sizes (tex.einsum), else at the first call itself (see
     compile_kernel); `sizes=EVERY` builds every nest now."""
     if casting not in _CASTINGS:

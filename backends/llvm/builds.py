@@ -30,11 +30,6 @@ Built = collections.namedtuple(
 def _build(nests, symbol, fast_math, bounds_check, deferred):
     """A build of the kernel without the choices in `deferred`, for the target it was
     compiled for (a nest a later call needs is built for it, whatever target() is then)."""
-    with overriding(nests.target):
-        return _build_for_target(nests, symbol, fast_math, bounds_check, deferred)
-
-
-def _build_for_target(nests, symbol, fast_math, bounds_check, deferred):
     kernel = nests.kernel(deferred)
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
 
@@ -44,12 +39,13 @@ def _build_for_target(nests, symbol, fast_math, bounds_check, deferred):
                 ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check,
                                                  deferred)))
         return ir_text[0]
-    text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
-            f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
     threads.runtime()       # the pool and interrupt flag every kernel links against
-    key = jit.cache_key(text)
-    address, image = jit.load_key(key, symbol, make_ir,
-                                  large=len(text) > split.LARGE_NEST_BYTES)
+    with overriding(nests.target):
+        text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
+                f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
+        key = jit.cache_key(text)
+        address, image = jit.load_key(key, symbol, make_ir,
+                                      large=len(text) > split.LARGE_NEST_BYTES)
     # a kernel without loops has no bounds record (and cannot go out of bounds): 0
     bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
     return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,

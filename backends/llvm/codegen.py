@@ -79,8 +79,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         kernel = plan_vectors(kernel, fast_math)
         self.kernel, self.name, self.fast_math = kernel, name, fast_math
         # the choices (by number) whose nests this build leaves out
-        self.deferred = {id(g): n for n, g in enumerate(choices(kernel)) if n in deferred}
-        holes = [g.choice for g in choices(kernel) if g.hole and id(g) not in self.deferred]
+        guards = choices(kernel)
+        self.deferred = {id(g): n for n, g in enumerate(guards) if n in deferred}
+        holes = [g.choice for g in guards if g.hole and id(g) not in self.deferred]
         if holes:
             raise ValueError(f"codegen: the nests of {', '.join(holes)} are not lowered "
                              "(schedule/nests.py: a build has the nests it does not defer)")
@@ -539,10 +540,9 @@ def settings():
     return f"register_bits={target().vector_bits} vnni={vectorize.USE_VNNI}"
 
 
-def choices(kernel):
-    """The guards that choose among a stage's specializations (Guard.choice), in the
-    order of the nest: their numbers are what `deferred` and STATUS_DEFERRED name."""
-    return choice_guards(kernel)
+# the guards that choose among a stage's specializations, in the order of the nest:
+# their numbers are what `deferred` and STATUS_DEFERRED name
+choices = choice_guards
 
 
 def build(kernel, name, fast_math=True, bounds_check=False, deferred=()):

@@ -169,6 +169,39 @@ def test_source_hash_follows_every_file(tmp_path):
     assert source_hash([tmp_path]) == before
 
 
+def test_source_digest_is_read_again_only_when_a_file_changes(tmp_path, monkeypatch):
+    """The source digests of the cache keys come from the disk cache while the files'
+    stat signature holds; a change to a file is seen even at the same size and with its
+    old mtime put back (cp -p, tar), by its ctime."""
+    from tex.backends.llvm import jit, sources
+    monkeypatch.setenv("TEX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sources, "RACY_S", 0.0)     # the files below were just written
+    (tmp_path / "src").mkdir()
+    path = tmp_path / "src" / "a.py"
+    path.write_text("x = 1\n")
+    files = sources.python_files([tmp_path / "src"])
+    reads, content = [], sources.content_digest
+    monkeypatch.setattr(sources, "content_digest", lambda fs: reads.append(1) or content(fs))
+    first = sources.digest(files, jit.read_cached, jit.write_cached)
+    assert first == content(files) and len(reads) == 1
+    assert sources.digest(files, jit.read_cached, jit.write_cached) == first and len(reads) == 1
+    st = path.stat()
+    path.write_text("x = 2\n")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    second = sources.digest(files, jit.read_cached, jit.write_cached)
+    assert second == content(files) != first and len(reads) == 2
+
+
+def test_a_digest_of_files_just_written_is_not_stored(tmp_path, monkeypatch):
+    from tex.backends.llvm import jit, sources
+    monkeypatch.setenv("TEX_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "a.py").write_text("x = 1\n")
+    files = sources.python_files([tmp_path])
+    assert sources.digest(files, jit.read_cached, jit.write_cached) == sources.content_digest(files)
+    assert not (tmp_path / "cache" / "sources").exists()
+
+
 def test_dag_order_is_networkx_order():
     """tex/dag.py replaced networkx: the same lexicographic topological order (which
     fixes the order of definitions, so the kernels and their cache keys), and cycles

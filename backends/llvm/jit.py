@@ -39,7 +39,6 @@ hard-coded (a machine without AVX-512 gets AVX2 code).
 import collections
 import hashlib
 import hmac
-import importlib.util
 import json
 import os
 import stat
@@ -57,24 +56,21 @@ from ...scheduler.target import target as current_target
 CODEGEN_VERSION = "tex-codegen-3"
 
 
-def _codegen_source_hash():
-    """The code generator's source (this folder's modules, schedule/stage.py, whose
-    reduction identities it uses, and schedule/vector_plan.py, whose plans carry more
-    than a printed nest shows): a change to it changes the IR a loop nest turns into,
-    so it is part of every cache key."""
-    # found, not imported: they import sympy, which a warm start never needs
-    package = __name__.rsplit(".", 3)[0] + ".scheduler."
-    scheduler = [importlib.util.find_spec(package + m).origin for m in ("stage", "vector_plan")]
-    folder = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.join(folder, n) for n in sorted(os.listdir(folder)) if n.endswith(".py")]
-    h = hashlib.sha256()
-    for path in paths + scheduler:
-        with open(path, "rb") as f:
-            h.update(os.path.basename(path).encode() + b"\0" + f.read())
-    return h.hexdigest()[:16]
+_codegen_source = []
 
 
-CODEGEN_SOURCE = _codegen_source_hash()
+def codegen_source(disk=True):
+    """The digest of the code generator's source (sources.codegen_files), once per
+    process: from the disk cache while the files are unchanged (sources.py); `disk=False`
+    reads the files alone."""
+    if not _codegen_source:
+        from . import sources
+        cache = (read_cached, write_cached) if disk else ()
+        value = sources.digest(sources.codegen_files(), *cache)
+        _codegen_source[:] = [value[:16]]
+    return _codegen_source[0]
+
+
 MAGIC = b"TEXOBJ2\n"
 DIGEST_BYTES = 32
 STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt",
@@ -155,7 +151,7 @@ def fingerprint(target=None):
     version and source, llvmlite's and LLVM's versions, the target CPU and features
     (default the current target)."""
     t = target or current_target()
-    return "|".join([CODEGEN_VERSION, CODEGEN_SOURCE, llvmlite.__version__,
+    return "|".join([CODEGEN_VERSION, codegen_source(), llvmlite.__version__,
                      host_facts()[2], t.cpu, t.codegen_features])
 
 
@@ -617,6 +613,7 @@ def prebuild(text, kind):
     that on the caller's thread, with the caller's settings (its cache folder may change
     before then); it waits for a compile under way and uses its object."""
     host_facts(disk=False)       # (no disk here: the load writes the host's record)
+    codegen_source(disk=False)
     machine = Machine.get()      # first: the load waits for the slot holding _lock
     key = cache_key(text)
     with _lock:

@@ -226,16 +226,10 @@ def remember(key, entry):
 
 def source_hash(folders):
     """sha256 of every .py file under `folders` (names and contents): any change to tex's
-    code may change the kernel a call compiles to."""
-    h = hashlib.sha256()
-    for folder in folders:
-        for root, dirs, files in sorted(os.walk(folder)):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    with open(os.path.join(root, name), "rb") as f:
-                        h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()
+    code may change the kernel a call compiles to. Read from the disk cache while no
+    file changed (sources.py)."""
+    from . import jit, sources
+    return sources.digest(sources.python_files(folders), jit.read_cached, jit.write_cached)
 
 
 def _package_folders():

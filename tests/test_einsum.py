@@ -386,6 +386,13 @@ def test_operand_count_message_says_which():
         tex.einsum("i,i", np.ones(3))
     with pytest.raises(ValueError, match=r"more operands .* \(2 operands for 1 terms"):
         tex.einsum("i", np.ones(3), np.ones(3))
+    # a product's subscripts with matrices: the layout checks of the front door run
+    # first and must leave the count to this message (they raised IndexError)
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(ValueError, match=r"fewer operands .* \(1 operands for 2 terms"):
+        tex.einsum("ij,jk->ik", a)
+    with pytest.raises(ValueError, match=r"more operands .* \(3 operands for 2 terms"):
+        tex.einsum("ij,jk", a, a, a)
 
 
 def test_size_mismatch_after_a_cached_call():

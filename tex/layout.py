@@ -208,7 +208,9 @@ def transposed_product(subscripts, operands):
     row label last, every operand in its own layout), or None when tall_k_major does not
     hold."""
     sides = product_sides(subscripts)
-    if sides is None or any(a.__class__ is not _ndarray for a in operands) or \
+    # (a missing or extra operand is the general path's error, in numpy's words)
+    if sides is None or len(operands) != 2 or \
+            any(a.__class__ is not _ndarray for a in operands) or \
             not tall_k_major(sides, operands):
         return None
     p, terms, output = sides.p, sides.terms, sides.output

@@ -239,6 +239,18 @@ def test_numpy_rejections_raise_type_error_at_definition():
             build()
 
 
+def test_names_a_compiled_function_cannot_take_are_refused_at_definition():
+    """Inputs and parameters are a compiled function's keyword arguments: a Python keyword
+    as their name would have compiled to a call path that is not Python (SyntaxError)."""
+    for make, what in ((lambda n: tex.tensor(n, (N,), "float32"), "tensor"),
+                       (tex.param, "parameter")):
+        for name in ("lambda", "None", "class"):
+            with pytest.raises(ValueError, match=f"{what} name '{name}' is a Python keyword"):
+                make(name)
+        with pytest.raises(ValueError, match=f"{what} name 'a b' is not an identifier"):
+            make("a b")
+
+
 def test_integer_power_negative_exponent_is_zero():
     # numpy raises for negative integer powers of integers; tex defines them as 0
     x, y = tex.tensor("x", (N,), "int32"), tex.tensor("y", (N,), "int32")

@@ -11,6 +11,7 @@
   `N // 2`).
 """
 import functools
+import keyword
 import weakref
 
 import sympy as sp
@@ -70,7 +71,18 @@ def indices(names, extent=None):
 
 def param(name):
     """A call-time integer parameter (`split_k(k, parts=tex.param("P"))`)."""
-    return Param(name)
+    return Param(argument_name(name, "parameter"))
+
+
+def argument_name(name, what):
+    """`name`, if a compiled function can take it as a keyword argument: an identifier
+    and not a Python keyword (f(lambda=...) is not Python)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"{what} name {name!r} is not an identifier")
+    if keyword.iskeyword(name):
+        raise ValueError(f"{what} name {name!r} is a Python keyword: compiled functions take "
+                         f"{what}s as keyword arguments, so choose another name")
+    return name
 
 
 class Param(sp.Symbol):

@@ -25,16 +25,14 @@ from .errors import ShapeError
 from .expr import (Access, Index, Reduce, affine_terms, as_expr, as_size, check_rank, format_expr,
                    expr_indices, free_indices, index_symbols, rebuild, walk, with_children)
 from .html import box, code, escape, pre, table
-from .indices import format_size
+from .indices import argument_name, format_size
 
 
 class Tensor:
     """An array with a name, a shape of sympy size expressions and a dtype."""
 
     def __init__(self, name, shape, dtype):
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"tensor name {name!r} is not an identifier")
-        self.name = name
+        self.name = argument_name(name, "tensor")
         self.shape = tuple(_as_extent(d, f"tensor {name}") for d in shape)
         self.dtype = dtypes.as_dtype(dtype, f"tensor {name}")
 

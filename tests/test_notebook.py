@@ -211,6 +211,17 @@ def test_a_definition_is_callable_and_shows_its_signature():
     assert "C(A, B, bias)" in C._repr_html_()
 
 
+def test_a_compiled_functions_signature_has_every_input():
+    """Jupyter's Shift-Tab and help() show inspect.signature: it took the call path of
+    the function's one-off class for a method and dropped the first input."""
+    import inspect
+    A = tex.tensor("A", (M, T), "float32")
+    B = tex.tensor("B", (M, T), "float32")
+    f = tex.compile(tex.compute("C", (i, k), A[i, k] * B[i, k] * tex.param("P")))
+    assert str(inspect.signature(f)) == "(A, B, *, P=None, out=None)"
+    assert "program" in str(inspect.signature(type(f)))     # the class: its own
+
+
 # ---------------------------------------------------------------- rich display
 
 def _gemm_rowmax():

@@ -163,9 +163,22 @@ def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_c
     return f
 
 
+class _CallSignature:
+    """A compiled function's `__signature__`: its call path's (inspect.signature, which
+    Jupyter's Shift-Tab shows, would otherwise take the `__call__` of the one-off class
+    below for a method and drop the first input)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return None             # the class itself: inspect's own rules
+        import inspect
+        return inspect.signature(obj._call)
+
+
 class CompiledFunction:
     """A compiled program. Call it with the inputs (by position, in order of first use,
     or by name), call-time parameters by keyword and optionally `out=`."""
+    __signature__ = _CallSignature()
 
     def __init__(self, program, nests, built):
         self.program, self._nests, self.symbol = program, nests, built.symbol

@@ -197,8 +197,11 @@ def privatize(state, var):
     axis = _require("privatize", state, var)
     if not axis.reduction:
         _fail("privatize", state, f"loop {axis.name} is not a reduction loop")
+    if state.private is var:
+        _fail("privatize", state, f"loop {axis.name} is already private")
     if state.private is not None:
-        _fail("privatize", state, f"loop {state.private.name} is already private")
+        _fail("privatize", state, f"loop {axis.name}: a stage has one private loop, and "
+              f"{state.private.name} already is (split_k makes its parts loop private)")
     _check_reassociation("privatize", state, axis)
     return replace(state, private=var)
 

@@ -281,6 +281,13 @@ def test_more_refusals_name_the_loop():
         s[C].split_k(k, 0)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop j is not a reduction loop"):
         s[C].privatize(j)
+    s4 = tex.schedule(C)
+    ko, ki = s4[C].split_k(s4[C].loops[2], 4)
+    with pytest.raises(tex.ScheduleError, match="privatize: .*loop ki: a stage has one "
+                       "private loop, and ko already is"):
+        s4[C].privatize(ki)
+    with pytest.raises(tex.ScheduleError, match="privatize: .*loop ko is already private"):
+        s4[C].privatize(ko)
     X = tex.tensor("Xq", (M, N), "float32")
     with pytest.raises(tex.ScheduleError, match="pack: .*does not read Xq"):
         s[C].pack(X, at=i)

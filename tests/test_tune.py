@@ -153,3 +153,21 @@ def test_size_classes_are_power_of_two_buckets():
     assert size_class({"N": 70, "M": 1, "K": 64}) == (("K", 64, 128), ("M", 1, 2),
                                                      ("N", 64, 128))
     assert size_class({"M": 0}) == (("M", 0, 1),)
+
+
+def test_the_progress_bar_is_text_in_a_kernel_without_widgets(monkeypatch):
+    """In a notebook kernel without ipywidgets, tqdm.auto warned 'IProgress not found'
+    before falling back to text: tex.tune picks the text bar there itself, the widget
+    where ipywidgets is installed."""
+    import importlib.util
+    import sys
+    from tqdm.notebook import tqdm as widget_bar
+    from tqdm.std import tqdm as text_bar
+    from tex import tuner
+    real, widgets = importlib.util.find_spec, []
+    monkeypatch.setitem(sys.modules, "ipykernel", sys.modules.get("ipykernel") or sys)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        (widgets or None) and real("tqdm") if name == "ipywidgets" else real(name, *a)))
+    assert tuner._bar_class() is text_bar
+    widgets.append(True)
+    assert tuner._bar_class() is widget_bar

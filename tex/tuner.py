@@ -310,13 +310,26 @@ def _pump(stream, replies):
         replies.put(None)
 
 
-def _bar(budget):
+def _bar_class():
+    """tqdm's widget in a notebook kernel that has ipywidgets, else its text bar (tqdm.auto
+    warns 'IProgress not found' in a kernel without ipywidgets before falling back); None
+    without tqdm."""
+    import importlib.util
     try:
-        from tqdm.auto import tqdm
+        if "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets"):
+            from tqdm.notebook import tqdm
+        else:
+            from tqdm.std import tqdm
     except ImportError:               # tqdm is a dependency; a broken install still tunes
         return None
-    return tqdm(total=budget, unit="s", desc="tex.tune", leave=False,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
+    return tqdm
+
+
+def _bar(budget):
+    tqdm = _bar_class()
+    return tqdm and tqdm(total=budget, unit="s", desc="tex.tune", leave=False,
+                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s "
+                                    "{postfix}")
 
 
 def _bind(program, args, arrays):

@@ -251,6 +251,16 @@ def test_names_a_compiled_function_cannot_take_are_refused_at_definition():
             make("a b")
 
 
+def test_a_reduction_over_an_index_its_body_already_reduces_is_refused():
+    """API.md: over= naming an index the body does not use raises at definition time; an
+    index an inner reduction already binds is not one the body uses (it compiled, then
+    failed at the first call with KeyError)."""
+    A = tex.tensor("A", (N, N), "float32")
+    with pytest.raises(ValueError, match="sum: index j named in over= is already reduced"):
+        tex.sum(tex.sum(A[i, j], over=j), over=j)
+    tex.sum(tex.sum(A[i, j], over=j) * A[i, k], over=k)     # an index of its own: fine
+
+
 def test_integer_power_negative_exponent_is_zero():
     # numpy raises for negative integer powers of integers; tex defines them as 0
     x, y = tex.tensor("x", (N,), "int32"), tex.tensor("y", (N,), "int32")

@@ -366,10 +366,13 @@ def reduction_operands(name, body, over):
                         f"for the elementwise {name}imum of two values use "
                         f"tex.{name}imum(a, b)")
             raise TypeError(f"{name}: over= takes tex.indices, not {x!r}{hint}")
-    used = expr_indices(body)
+    used, free = expr_indices(body), free_indices(body)
     for x in over:
         if x not in used:
             raise ValueError(f"{name}: the body does not use index {x} named in over=")
+        if x not in free:
+            raise ValueError(f"{name}: index {x} named in over= is already reduced over "
+                             f"inside the body (each reduction needs an index of its own)")
     return body, over
 
 

@@ -192,6 +192,13 @@ def test_a_tensor_declared_again_is_the_same_tensor():
                                          r"dtype"):
         tex.compile(D3)
     assert tex.tensor("A", (M,), "float64") is not A1
+    C1 = tex.compute("C", (i,), A1[i] * 2.0)
+    R1 = tex.compute("R1", (i,), C1[i] + 1.0)
+    C2 = tex.compute("C", (i,), A1[i] * 2.0)           # the cell that defines C, re-run
+    R2 = tex.compute("R2", (i,), C2[i] + 1.0)
+    with pytest.raises(ValueError, match=r"two definitions are named 'C' in one program: "
+                                         r"each tex.compute makes a new one"):
+        tex.compile((R1, R2))
 
 
 # ---------------------------------------------------------------- calling a definition

@@ -53,6 +53,12 @@ class Program:
         for t in self.graph.nodes:
             other = seen.setdefault(t.name, t)
             if other is not t:
+                if all(isinstance(x, Definition) for x in (t, other)):
+                    raise ValueError(
+                        f"two definitions are named {t.name!r} in one program: each "
+                        f"tex.compute makes a new one (a notebook cell run again too), and "
+                        f"this program reads both; re-run the cells that use the old "
+                        f"{t.name}, or give one another name")
                 kinds = sorted(f"{'a definition' if isinstance(x, Definition) else 'an input'}"
                                f" {x.name}: {x.type_str}" for x in (t, other))
                 raise ValueError(

@@ -12,7 +12,8 @@ import sympy as sp
 
 from tex.expr import Access, Const, IndexValue, Op, all_of, negation
 
-from .ir import Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, unique_name, walk
+from .ir import (Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, children,
+                 unique_name, walk)
 
 _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
           "floor_divide": "//", "remainder": "%", "power": "**", "less": "<",
@@ -23,16 +24,32 @@ _UPDATE = {"sum": "+=", "prod": "*="}
 
 
 class _Names:
-    """Unique display names for loop variables (by object)."""
+    """Display names for loop variables (by object): each loop's own name (the one a
+    stage's primitives take: `s[R].split("i", 4)`), unless a loop around it shows that
+    name already; two stages that both loop over `i` print `i` in each. Where a
+    variable would need two names, every name is made unique over the whole nest."""
 
     def __init__(self, root):
-        self.names, used = {}, set()
-        for n in walk(root):
-            if isinstance(n, Loop) and n.var not in self.names:
-                name = unique_name(n.var.name, used)
-                used.add(name)
-                self.names[n.var] = name
+        self.names = {}
+        if not self._scoped(root, ()):
+            self.names, used = {}, set()
+            for n in walk(root):
+                if isinstance(n, Loop) and n.var not in self.names:
+                    self.names[n.var] = unique_name(n.var.name, used)
+                    used.add(self.names[n.var])
         self.subs = {v: sp.Symbol(nm) for v, nm in self.names.items()}
+
+    def _scoped(self, node, around):
+        """Name the loops under `node` apart from the names `around` them; False when a
+        variable met again would clash there."""
+        if isinstance(node, Loop):
+            name = self.names.get(node.var)
+            if name is None:
+                name = self.names[node.var] = unique_name(node.var.name, set(around))
+            elif name in around:
+                return False
+            around = around + (name,)
+        return all(self._scoped(child, around) for child in children(node))
 
     def sym(self, e):
         return str(sp.sympify(e).xreplace(self.subs)) if self.subs else str(e)

@@ -24,7 +24,7 @@ def test_innermost_reduction_example_small():
     for strategy in ("inner_parallel", "inner_reduction", "vector_accumulator"):
         assert f"--- {strategy}" in out and out.count(strategy) >= 3, strategy
     assert re.search(r"S_\w+\[ji\] \+= int32\(X\[i, ji \+ ", out)  # the accumulator vector
-    assert "S_acc += S_part[ji_1]" in out                   # one horizontal reduction
+    assert "S_acc += S_part[ji]" in out                     # one horizontal reduction
     assert "fast_math=False" in out and "numpy a.sum(axis=1)" in out
     assert "innermost_reduction: all results match numpy" in out
 

@@ -105,6 +105,20 @@ def test_messages_and_printouts_use_the_users_index_names():
     assert "_i" not in str(tex.schedule(C)) and "_i" not in repr(C.extents)
 
 
+
+def test_each_stage_prints_its_loops_by_the_names_its_primitives_take():
+    """Two stages over i and j printed the second's loops as i_1 and j_1, names that
+    s[R].split refused; the names printed apart are only those of nested loops."""
+    X = tex.tensor("X", (M, N), "float32")
+    C = tex.compute("C", (i, j), X[i, j] * 2.0)
+    R = tex.compute("R", (i,), tex.sum(C[i, j], over=j))
+    s = tex.schedule(R)
+    printed = str(s)
+    assert "_1" not in printed and printed.count("for i in 0..M:") == 2
+    s[R].split("i", 4)
+    assert "for io in 0..ceiling(M/4):" in str(s)
+
+
 # ---------------------------------------------------------------- numpy protocols
 
 def test_numpy_ufuncs_build_tex_expressions():

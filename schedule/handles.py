@@ -91,6 +91,9 @@ class StageHandle:
 
     @property
     def loops(self):
+        """The stage's loops, outermost first, as handles (`.name`, `.is_reduction`) that
+        the primitives take (as they take the loop's name or, before it is split, the
+        tex.indices object)."""
         return [LoopHandle(self, a.var) for a in self.state.axes]
 
     def _var(self, prim, loop):
@@ -123,6 +126,10 @@ class StageHandle:
 
     # ------------------------------------------------------------ primitives
     def split(self, loop, factor, tail="peel"):
+        """Split `loop` into an outer loop over blocks of `factor` iterations and an inner
+        one within a block: returns their handles (named `io`, `ii` for `i`). `factor`
+        need not divide the extent: `tail` "peel" shortens the last block, "guard" runs
+        whole blocks with each iteration past the end skipped."""
         var = self._var("split", loop)
         state, outer, inner = P.split(self.state, var, factor, P.Tail.parse(tail))
         self._apply(state, Split(self.name, var.name, factor, P.Tail.parse(tail).value))
@@ -290,6 +297,8 @@ class StageHandle:
         return tuple(outs + ins)
 
     def reorder(self, *loops):
+        """Put these loops in this order (outermost first), in the places they take up
+        now; a loop whose extent depends on another stays inside it."""
         vars_ = [self._var("reorder", x) for x in loops]
         self._apply(P.reorder(self.state, vars_), Reorder(self.name, tuple(v.name for v in vars_)))
 
@@ -301,6 +310,8 @@ class StageHandle:
         self._apply(state, SetKind(self.name, var.name, kind.value, state.axis(var).tail.value))
 
     def parallel(self, loop):
+        """Share `loop`'s iterations among the threads (tex.set_num_threads); a reduction
+        loop only with private partial results (split_k, privatize)."""
         self._kind(loop, LoopKind.PARALLEL)
 
     def vectorize(self, loop, tail="peel"):
@@ -317,6 +328,8 @@ class StageHandle:
         self._kind(loop, LoopKind.VECTOR, tail, checked=False)
 
     def unroll(self, loop):
+        """Emit `loop`'s body once for each of its iterations (a loop of a constant
+        extent, such as the inner loop of a split)."""
         self._kind(loop, LoopKind.UNROLLED)
 
     def __str__(self):

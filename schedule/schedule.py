@@ -306,12 +306,22 @@ class Schedule:
     def auto(self, fuse=True):
         """The built-in heuristics: kernel formation (each consumer fused into the kernel
         of a definition it reads, where the index maps allow; `fuse=False` leaves every
-        definition its own nest), then each kernel's schedule."""
+        definition its own nest), then each kernel's schedule. A stage with steps already
+        (yours, or an earlier auto's) keeps them: auto schedules the others, and forms
+        kernels only while no stage has steps (its heuristics start from a definition's
+        own loops, which those steps replaced)."""
         from .auto import auto_schedule
+        scheduled = self._scheduled()
         if fuse and not self._history:
             self.rewrite()
-        auto_schedule(self, fuse)
+        auto_schedule(self, fuse and not scheduled, keep=scheduled)
         return self
+
+    def _scheduled(self):
+        """The definitions that have steps of their own in the history."""
+        names = {st.stage.partition("#")[0] for st in self._history
+                 if not isinstance(st, (Fuse, Unfuse, NotFused, Rewrite))}
+        return [d for d in self.program.definitions if d.name in names]
 
     def __str__(self):
         text = format_nest(self.kernel())

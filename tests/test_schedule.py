@@ -271,6 +271,32 @@ def test_fuse_computes_the_producer_per_row():
     assert all(buf.shape != (sp_M, sp_N) for buf in f.buffers for sp_M, sp_N in [(M, N)])
 
 
+def test_auto_keeps_the_stages_that_have_steps_already():
+    """s.auto() after a step of the user's ran the heuristics on top of it: the schedule
+    accepted, then failed at its first print or call (split: index i is not a loop of
+    stage C#1). The stage keeps the user's schedule; the others get auto's."""
+    C = PROGRAMS["matmul"]
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((64, 33), (33, 70)))
+    s = tex.schedule(C)
+    s[C].split(s[C].loops[0], 4)
+    s.auto()
+    assert "for io in 0..ceiling(M/4):" in str(s) and "#1" not in str(s)
+    np.testing.assert_allclose(tex.compile(s)(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    Rm = PROGRAMS["gemm_rowmax"]
+    s2 = tex.schedule(Rm)
+    s2[Rm].parallel(s2[Rm].loops[0])
+    s2.auto()                              # G, untouched, is blocked; Rm is not fused
+    assert any(st.stage.startswith("G#") for st in s2.history)
+    assert not any(type(st).__name__ == "Fuse" for st in s2.history)
+    np.testing.assert_allclose(tex.compile(s2)(a, b), (a @ b).max(axis=1), rtol=1e-5,
+                               atol=1e-5)
+    s3 = tex.schedule(C).auto()
+    steps = len(s3.history)
+    s3.auto()                              # every stage has steps: nothing to add
+    assert len(s3.history) == steps
+
+
 def test_more_refusals_name_the_loop():
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)

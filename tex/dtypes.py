@@ -5,7 +5,12 @@ numpy is the specification: a dtype is a `numpy.dtype`, and promotion is
 """
 import numpy as np
 
-SUPPORTED = tuple(np.dtype(t) for t in (
+class Supported(tuple):
+    """The dtypes tex's tensors, operands and results may have (numpy dtypes); complex,
+    longdouble, datetime and object arrays are refused with this list."""
+
+
+SUPPORTED = Supported(np.dtype(t) for t in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64"))
 BOOL = np.dtype("bool")

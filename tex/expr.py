@@ -308,17 +308,35 @@ def maximum(a, b): return op("maximum", a, b)
 def minimum(a, b): return op("minimum", a, b)
 
 
+def elementwise_doc(fn, ufunc):
+    """Give the one-line elementwise function `fn` its docstring: numpy's `ufunc` on tex
+    expressions."""
+    args = "X[i, j], Z[i, j]" if fn.__code__.co_argcount == 2 else "X[i, j]"
+    fn.__doc__ = (f"numpy.{ufunc} of tex expressions, element by element, with numpy's "
+                  f"dtype rules.\n\n    Arguments are tensor accesses, expressions or "
+                  f"numbers:\n    tex.compute(\"Y\", (i, j), tex.{fn.__name__}({args}))")
+    return fn
+
+
+for _fn, _ufunc in ((exp, "exp"), (log, "log"), (sqrt, "sqrt"), (tanh, "tanh"),
+                    (abs, "absolute"), (maximum, "maximum"), (minimum, "minimum")):
+    elementwise_doc(_fn, _ufunc)
+
+
 def erf(x):
+    """The error function element by element (scipy.special.erf; integers as float64)."""
     x = as_expr(x)
     dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.FLOAT64
     return Op("erf", (cast(x, dt),), dt)
 
 
 def relu(x):
+    """max(x, 0) element by element (tex.maximum(x, 0))."""
     return maximum(x, 0)
 
 
 def sigmoid(x):
+    """1 / (1 + exp(-x)) element by element."""
     return 1 / (1 + exp(-as_expr(x)))
 
 
@@ -386,10 +404,16 @@ def _numpy_sum_dtype(dt):
 
 
 def sum(body, over, dtype=None, fast_math=True):  # noqa: A001 - the public name is tex.sum
+    """The sum of `body` over the index or tuple of indices `over`:
+    `tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))`. `dtype` is the
+    accumulator's and the result's (numpy's default: small integers and bool sum as
+    int64); `fast_math=False` keeps the sequential order (no reassociation, so no
+    vectors or split-K parts for a float sum)."""
     return _reduction("sum", body, over, dtype, fast_math)
 
 
 def prod(body, over, dtype=None, fast_math=True):
+    """The product of `body` over `over` (see tex.sum)."""
     return _reduction("prod", body, over, dtype, fast_math)
 
 
@@ -412,10 +436,14 @@ def _extreme(combiner, pairwise, body, over, dtype, fast_math, initial):
 
 
 def argmax(body, over, dtype=None):
+    """The position of the maximum of `body` along `over` (int64, the first on ties and
+    at a NaN, as numpy.argmax): `tex.compute("P", (i,), tex.argmax(L[i, j], over=j))`.
+    Over a tuple of indices, the position is flat in row-major order of their extents."""
     return _reduction("argmax", body, over, dtype, True)
 
 
 def argmin(body, over, dtype=None):
+    """The position of the minimum of `body` along `over` (see tex.argmax)."""
     return _reduction("argmin", body, over, dtype, True)
 
 

@@ -16,8 +16,8 @@ import numpy as np
 import sympy as sp
 
 from . import dtypes
-from .expr import (abs as abs_, as_expr, cast, exp, log, max as max_, maximum, minimum, op,
-                   reduction_operands, sqrt, sum as sum_, where)
+from .expr import (abs as abs_, as_expr, cast, elementwise_doc, exp, log, max as max_, maximum,
+                   minimum, op, reduction_operands, sqrt, sum as sum_, where)
 from .tensor import index_extents
 
 
@@ -32,6 +32,10 @@ def isnan(x): return op("isnan", x)
 def isfinite(x): return op("isfinite", x)
 def log1p(x): return op("log1p", x)
 def expm1(x): return op("expm1", x)
+
+
+for _fn in (sin, cos, floor, ceil, sign, isnan, isfinite, log1p, expm1):
+    elementwise_doc(_fn, _fn.__name__)
 
 
 def round(x, decimals=0):  # noqa: A001 - the public name is tex.round

@@ -72,9 +72,20 @@ class TuneReport:
 def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candidates=None,
          fast_math=True, fuse=True, **arrays):
     """The fastest schedule of `out` found in about `budget` seconds for calls like
-    `f(*args, **arrays)`, recorded in the tuning database (see the module docstring).
+    `f(*args, **arrays)`:
+
+        s = tex.tune(C, A=a, B=b, budget=30)    # a Schedule: print(s), s.history
+        f = tex.compile(s)
+
+    It searches the block sizes, register tiles, loop orders, split-K parts and parallel
+    loops of the program's main stage, from the auto schedule's, each candidate run in a
+    child process (a crash or a hang ends that candidate, not the search); `seed` fixes
+    the search order. The result is recorded in a tuning database in the kernel cache
+    folder, keyed by the program's structure, its dtypes, a size class of these arrays'
+    sizes, the thread count and the CPU: tex.compile(C) in a later process uses it.
     `retune=True` searches again even when the database has an answer;
-    `max_candidates` stops the search after that many (the auto schedule included)."""
+    `max_candidates` stops the search after that many (the auto schedule included);
+    `progress=False` hides the progress bar."""
     program = as_program(out)
     arrays = _bind(program, args, arrays)
     sizes = {str(s): arrays[program.inputs[pos].name].shape[axis]

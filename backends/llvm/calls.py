@@ -75,4 +75,6 @@ def set_num_threads(n):
 
 
 def get_num_threads():
+    """Threads parallel loops use (tex.set_num_threads; default TEX_NUM_THREADS, else the
+    CPUs this process may use)."""
     return _NUM_THREADS[0]

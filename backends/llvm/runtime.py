@@ -83,10 +83,13 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
     in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
 
+    `fast_math=False` keeps float reductions in order (see tex.sum); `name` names the
+    kernel (its symbol, `tex_<name>`, shown in tracebacks and profiles).
+
     A kernel whose stages have specializations (the auto schedule of a symbolic matmul
-    has 13 nests) builds at first only what its first call runs: `sizes` ({Size: value}) when
-    the caller knows that call's sizes (tex.einsum), else at the first call itself (see
-    compile_kernel); `sizes=EVERY` builds every nest now."""
+    has 13 nests) builds at first only what its first call runs: the nests of the sizes
+    in `sizes` ({size: value}) when given, else those of the first call; `sizes="every"`
+    builds every nest now (f.loop_nest and f.llvm_ir show them all in any case)."""
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
                          f"not {casting!r}")
@@ -99,7 +102,6 @@ def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
     if not isinstance(target, Schedule):
         from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
         program = as_program(target)
-        from .calls import get_num_threads
         sched = tuned_schedule(jit.cache_dir(), program, fast_math, fuse,
                                threads=get_num_threads()) or \
             default_schedule(program, fast_math, fuse)

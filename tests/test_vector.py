@@ -647,3 +647,23 @@ def test_golden_llvm_ir(name, golden):
         s = _golden_kernels()[name]
         ir_text = str(codegen.build(s.kernel(), f"tex_{name}"))
     golden(f"ir_{name}_znver3", ir_text)
+
+
+def test_the_pipeline_is_o1_unless_a_reduction_loop_tests_steps():
+    """LLVM's O1 pipeline compiles a kernel (tex emits its vector code itself), O3 one
+    whose vector loop tests its access steps inside a reduction loop (its unswitching
+    moves the test out). A row sum's loops over whole vectors and the last one take the
+    test out themselves (vector.unit_steps_test): they stay at O1."""
+    from tex.backends.llvm.compile_worker import pipeline_level
+    M, N = tex.sizes("M N")
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "int8")
+    Y = tex.tensor("Y", (M, N), "float32")
+    row_sums = tex.compile(tex.compute("S", (i,), tex.sum(X[i, j], over=j, dtype="int32")),
+                           sizes="every")
+    col_sums = tex.compile(tex.compute("T", (j,), tex.sum(Y[i, j], over=i)), sizes="every")
+    scaled = tex.compile(tex.compute("Z", (i, j), Y[i, j] * 2.0), sizes="every")
+    assert [pipeline_level(f.llvm_ir) for f in (row_sums, col_sums, scaled)] == [1, 3, 1]
+    x = np.random.default_rng(1).integers(-128, 128, (37, 1000), dtype=np.int8)
+    for view in (x, x[:, ::2], x.T.copy().T):
+        np.testing.assert_array_equal(row_sums(view), view.sum(axis=1, dtype=np.int32))

@@ -29,6 +29,7 @@ from ...scheduler.ir import (Allocate, Guard, Kernel, Loop, LoopKind, Scope, Sta
 from ...scheduler.nests import choice_guards
 from ...scheduler.vectorize import Transposed, plan_vectors
 from .bounds import BoundsMixin, scalar_loops
+from .compile_worker import UNSWITCH
 from .entry import emit_entry
 from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, RELATIONS, STATUS_DEFERRED,
                       STATUS_DETAIL_SHIFT, STATUS_OK, Builder, OpContext, const, declare,
@@ -95,11 +96,17 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         # id(vector loop) -> whether its accesses step by one element, when a loop
         # around it tested that (vector.unit_steps_test)
         self.known_unit_steps = {}
+        # whether the code tests access steps inside a reduction loop, its hot path: the
+        # module then asks for LLVM's loop unswitching (compile_worker.pipeline_level)
+        self.tests_steps = False
+        self.reductions_around = 0      # reduction loops around the code being emitted
         self.pairing = None      # (variable, k, k + 1) while a pair of steps is emitted
 
     # ------------------------------------------------------------ functions
     def build(self):
         emit_entry(self.module, self.name, self.kernel, self._body_function())
+        if self.tests_steps:
+            self.module.add_named_metadata(UNSWITCH)
         return self.module
 
     def new_scope(self, fn):
@@ -242,6 +249,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         for v in vectors:
             del self.known_unit_steps[v]
 
+    def tested_steps(self):
+        """A vector loop tests its accesses' steps here (VectorLoop.emit)."""
+        self.tests_steps = self.tests_steps or self.reductions_around > 0
+
     def straight_line(self, loop):
         """A loop of constant bounds (an unrolled loop over a register tile's rows) as
         its body repeated with the variable a constant; False if the bounds are not
@@ -271,8 +282,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             self.env[loop.var] = var
             if poll:
                 self.poll_interrupt()
+            self.reductions_around += loop.reduction
             for c in loop.body:
                 self._stmt(c)
+            self.reductions_around -= loop.reduction
         if metadata is None and pairs_steps(loop):
             emit_paired_loop(self, loop, start, end, body)
         else:

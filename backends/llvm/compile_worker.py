@@ -10,8 +10,8 @@ Run as a script (`python compile_worker.py CPU FEATURES`), so that it imports on
 standard library and llvmlite. The protocol on stdin/stdout is a sequence of frames,
 each an 8-byte little-endian length and a payload:
 
-    request   b"o" + IR text     optimize at O3 and emit an object file
-              b"a" + IR text     optimize at O3 and emit assembly text
+    request   b"o" + IR text     optimize (`optimize`) and emit an object file
+              b"a" + IR text     optimize and emit assembly text
     response  b"k" + bytes       the object (or the assembly, UTF-8)
               b"e" + text        an error (a parse or verifier failure), UTF-8
 
@@ -37,14 +37,36 @@ def write_frame(stream, payload):
     stream.flush()
 
 
+# A module whose code tests access steps inside loops (a vector loop's "every access
+# steps by one element" test, vector.py and transposed.py, where no loop around it took
+# the test out: vector.unit_steps_test) names this metadata: it needs LLVM's non-trivial
+# loop unswitching to move the test out of the loop, which only the O3 pipeline runs.
+UNSWITCH = "tex.loop_unswitching"
+
+
+def pipeline_level(text):
+    """The optimization pipeline of a module: O3 where it needs loop unswitching, else
+    O1. tex emits its loops' vector code itself (register tiles, vector plans, unrolled
+    rows), so O3's other passes found nothing more: 28 kernels (matmuls f32/f64/int8,
+    split-K, matvec, fused epilogues, row and column reductions, layernorm, softmax,
+    attention, conv1d, elementwise on contiguous, strided and Fortran-ordered views) ran
+    as fast at O1 (each built both ways in one process, alternated, min of 15; Emerald
+    Rapids, AVX-512 and znver3's AVX2 code), and LLVM took 12-22% less time on a kernel
+    (a 256^2 matmul's module 255 -> 200 ms). An int8 row sum whose step test stayed in
+    its loop ran 12-30% slower at O1 (the test is now made before the loop,
+    vector.unit_steps_test)."""
+    return 3 if "!" + UNSWITCH in text else 1
+
+
 def optimize(llvm, machine, text):
-    """Parse (in a context of its own), verify and run the O3 pipeline (without the SLP
-    vectorizer)."""
+    """Parse (in a context of its own), verify and run the O1 or O3 pipeline
+    (pipeline_level) with LLVM's loop vectorizer and unroller, without its SLP
+    vectorizer."""
     mod = llvm.parse_assembly(text, context=llvm.create_context())
     mod.triple = llvm.get_process_triple()
     mod.data_layout = str(machine.target_data)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=pipeline_level(text))
     pto.loop_vectorization = True
     # tex emits its vector code itself; LLVM's loop vectorizer still serves the loops
     # it leaves scalar (elementwise code over runtime strides), but the SLP vectorizer

@@ -1,6 +1,6 @@
 """From LLVM IR text to a callable address: optimize, emit an object, cache it, load it.
 
-Every kernel takes one path: key -> (memory | disk cache | IR -> O3 + codegen) ->
+Every kernel takes one path: key -> (memory | disk cache | IR -> O1 or O3 + codegen) ->
 object bytes -> an image of its own (elf.py, tex's loader) -> function address. The key
 covers everything that changes the machine code: the kernel's loop nest (its
 structure_key text, from which code generation is deterministic, so a cached kernel
@@ -254,7 +254,7 @@ def cache_key(text):
 
 
 def optimized_module(ir_text):
-    """Parse, verify and optimize at O3 in this process (compile_worker.optimize)."""
+    """Parse, verify and optimize in this process (compile_worker.optimize)."""
     from . import compile_worker
     host = Machine.get()
     return compile_worker.optimize(_llvm(), host.machine, ir_text)

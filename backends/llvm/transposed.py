@@ -68,6 +68,7 @@ class TransposedLoop(VectorLoop):
                 ok = b.and_(ok, ir.Constant(I1, int(st == 1)))
             else:
                 ok = b.and_(ok, b.icmp_signed("==", st, ir.Constant(I64, 1)))
+        cg.tested_steps()
         with b.if_else(ok) as (fast, other):
             with fast:
                 self._lanes(start, end)

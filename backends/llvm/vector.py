@@ -114,6 +114,7 @@ from tex.expr import Access, IndexValue, Op
 from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, VectorTail, symbols_of, walk
 from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient, itemsize,
                                       local_flat)
+from ...scheduler.vectorize import Peeled
 from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
 from .ops import COMBINE, OPS, _better, increasing_better
 from .pairs import paired_vector_value
@@ -139,8 +140,10 @@ def unit_steps_test(cg, loop):
     loop inside skips its own test (VectorLoop.emit): tested inside, it had to be
     unswitched out of the loop by LLVM, which gives up past a size (a few-rows tile of
     5 x 4 vectors with edge versions beside it kept its tests inside the k loop, its
-    accumulators spilled: 5 x 1000 @ 1000 x 64 5 -> 9 us)."""
-    if loop.kind is not LoopKind.SERIAL or loop.plan is not None or not loop.reduction:
+    accumulators spilled: 5 x 1000 @ 1000 x 64 5 -> 9 us), and which only its O3
+    pipeline does (a row sum's loops over whole vectors and the last one, `Peeled`)."""
+    if loop.kind is not LoopKind.SERIAL or not loop.reduction or \
+            not (loop.plan is None or isinstance(loop.plan, Peeled)):
         return None
     vectors = []
     for n in walk(loop):
@@ -261,6 +264,7 @@ class VectorLoop(AccumulatorMixin):
             elif _always(unit_written):          # a LOCAL tile's accumulators, say
                 gather()
             else:
+                self.cg.tested_steps()
                 with b.if_else(unit_written) as (gathered, scalar):
                     with gathered:
                         gather()
@@ -269,6 +273,7 @@ class VectorLoop(AccumulatorMixin):
         if known is False or _never(unit):   # some access does not step by one element
             other()
             return
+        self.cg.tested_steps()
         with b.if_else(unit) as (vector, general):
             with vector:
                 self._vector(start, end)

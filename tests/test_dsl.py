@@ -261,6 +261,37 @@ def test_a_reduction_over_an_index_its_body_already_reduces_is_refused():
     tex.sum(tex.sum(A[i, j], over=j) * A[i, k], over=k)     # an index of its own: fine
 
 
+@in_child
+def _indices_below_zero():
+    N_ = tex.sizes("N")
+    x = tex.tensor("x", (N_,), "float64")
+    out = []
+    for index in (N_ - 10, N_ - 2**40):          # read before the buffer; the second crashed
+        with pytest.raises(tex.ShapeError, match="the index goes down to N - .* below 0"):
+            tex.compute("last", (), x[index])(x=np.arange(5.0))
+    out.append(float(tex.compute("second_last", (), x[N_ - 2])(x=np.arange(5.0))))
+    M_, K_ = tex.sizes("M K")
+    X = tex.tensor("X", (M_, K_), "float64")
+    y = tex.tensor("y", (M_,), "float64")
+    with pytest.raises(tex.ShapeError, match="tensor y, dimension 0: the index goes down to "
+                                             "1 - K = -2, below 0"):
+        tex.compute("D", (i, j), X[i, j] * y[i - j])(X=np.ones((3, 3)), y=np.arange(3.0))
+    y2 = tex.tensor("y2", (M_ + K_ - 1,), "float64")
+    band = tex.compute("E", (i, j), X[i, j] * y2[i - j + K_ - 1])(X=np.ones((3, 4)),
+                                                                   y2=np.arange(6.0))
+    out.append(band.tolist())
+    return out
+
+
+def test_an_index_below_zero_is_refused_at_call_time():
+    """A symbolic offset (x[N - 10]) or a difference of indices (y[i - j]) can reach
+    below 0 for some sizes: the call refuses, as it does past the dimension; it read
+    before the buffer (a segfault for x[N - 2**40])."""
+    last, band = _indices_below_zero()
+    assert last == 3.0
+    assert band == [[3.0 - j + i for j in range(4)] for i in range(3)]
+
+
 def test_integer_power_negative_exponent_is_zero():
     # numpy raises for negative integer powers of integers; tex defines them as 0
     x, y = tex.tensor("x", (N,), "int32"), tex.tensor("y", (N,), "int32")

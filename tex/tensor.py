@@ -286,8 +286,10 @@ def _intersect(bounds):
 
 
 def access_checks(defn):
-    """Accesses whose bounds the inferred extents do not already imply, as
-    (tensor, axis, largest index value, dimension): checked at call time."""
+    """Accesses whose bounds the inferred extents do not already imply, as (tensor, axis,
+    largest index value or None, smallest or None, dimension, extents of its indices):
+    checked at call time, the largest against the dimension, the smallest against 0 (a
+    symbolic offset such as `x[N - 10]`, or a difference of indices such as `y[i - j]`)."""
     checks = []
     for node in walk(defn.expr):
         if not isinstance(node, Access):
@@ -295,17 +297,23 @@ def access_checks(defn):
         for axis, ix in enumerate(node.index):
             coeffs, offset = affine_terms(ix, node.tensor.name)
             dim = node.tensor.shape[axis]
+            exts = tuple(defn.extents[x] for x in coeffs)
+            largest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items() if c > 0)
+            smallest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items() if c < 0)
+            low = sp.expand(smallest)
+            if low.is_nonnegative or (low.is_number and low >= 0):
+                smallest = None         # never below 0 (index_extents refused a number)
             if len(coeffs) == 1:
                 (x, c), = coeffs.items()
                 bound = access_bound(c, offset, dim)
                 ext = defn.extents[x]
-                if ext == bound or (isinstance(ext, sp.Min) and bound in ext.args):
-                    continue
-            largest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items())
-            gap = sp.expand(dim - largest)
-            if gap.is_number and gap > 0:
-                continue                # inside by construction (an inferred valid range)
-            checks.append((node.tensor, axis, largest, dim, tuple(defn.extents[x] for x in coeffs)))
+                if c > 0 and (ext == bound or (isinstance(ext, sp.Min) and bound in ext.args)):
+                    largest = None
+            gap = sp.expand(dim - largest) if largest is not None else None
+            if gap is not None and gap.is_number and gap > 0:
+                largest = None          # inside by construction (an inferred valid range)
+            if largest is not None or smallest is not None:
+                checks.append((node.tensor, axis, largest, smallest, dim, exts))
     return checks
 
 

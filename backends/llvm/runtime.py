@@ -362,13 +362,19 @@ def _make_caller(sig):
         a = argnames[pos]
         L.append(f"    if _s{pos}_{axis} != {pyexpr(d, names)}: "
                  f"raise _dim_error(_sig, {pos}, {axis}, _s{pos}_{axis}, {pyexpr(d, names)})")
-    for n, (t, axis, largest, dim, exts) in enumerate(program.access_checks()):
+    for n, (t, axis, largest, smallest, dim, exts) in enumerate(program.access_checks()):
         cond = " and ".join(f"{pyexpr(x, names)} > 0" for x in exts) or "True"
-        g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: the index reaches "
-                             f"{largest} = %d, but the dimension {dim} is %d")
-        L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
-                 f"raise _ShapeError(_acc_msg{n} % ({pyexpr(largest, names)}, "
-                 f"{pyexpr(dim, names)}))")
+        if largest is not None:
+            g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: the index reaches "
+                                 f"{largest} = %d, but the dimension {dim} is %d")
+            L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
+                     f"raise _ShapeError(_acc_msg{n} % ({pyexpr(largest, names)}, "
+                     f"{pyexpr(dim, names)}))")
+        if smallest is not None:
+            g[f"_acc_low{n}"] = (f"tensor {t.name}, dimension {axis}: the index goes down "
+                                 f"to {smallest} = %d, below 0")
+            L.append(f"    if {cond} and {pyexpr(smallest, names)} < 0: "
+                     f"raise _ShapeError(_acc_low{n} % ({pyexpr(smallest, names)},))")
     for d in program.definitions:
         for x, ext in d.extents.items():
             if not (ext.is_Symbol or ext.is_Integer):

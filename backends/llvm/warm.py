@@ -323,7 +323,7 @@ def _describe(fn):
     for name, value in g.items():
         if name.startswith(("_dt", "_odt")):
             consts[name] = ["dtype", value.str]
-        elif name.startswith(("_acc_msg", "_red_msg")):
+        elif name.startswith(("_acc_msg", "_acc_low", "_red_msg")):
             consts[name] = ["str", value]
     return {"call": {"source": source, "symbol": sig.symbol, "object": sig.object_key,
                      "arrays": len(sig.kernel.inputs) + len(sig.kernel.outputs),

@@ -667,3 +667,36 @@ def test_the_pipeline_is_o1_unless_a_reduction_loop_tests_steps():
     x = np.random.default_rng(1).integers(-128, 128, (37, 1000), dtype=np.int8)
     for view in (x, x[:, ::2], x.T.copy().T):
         np.testing.assert_array_equal(row_sums(view), view.sum(axis=1, dtype=np.int32))
+
+
+@pytest.mark.parametrize("tail", ["mask", "guard"])
+def test_a_transposed_vector_loop_with_a_masked_or_guarded_tail_compiles(tail):
+    """A vector loop over rows inside a loop over a row's elements (a Transposed plan)
+    whose split has a mask or guard tail: the plan's chunk method shadowed the lane
+    condition's helper of the same name (TypeError at compile; an adversarial test
+    found a quarter of random split/reorder/vectorize schedules failing so)."""
+    M, N, K = tex.sizes("M N K")
+    i, j, k = tex.indices("i j k")
+    Y = tex.tensor("Y", (M, N), "float32")
+    S = tex.compute("S", (i,), tex.sum(Y[i, j], over=j))
+    s = tex.schedule(S)
+    io, ii = s[S].split(i, 7, tail=tail)
+    s[S].reorder(io, j, ii)
+    s[S].vectorize(ii, tail="mask")
+    row_sums = tex.compile(s)
+    A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    s2 = tex.schedule(C)
+    jo, ji = s2[C].split(j, 32, tail)
+    s2[C].reorder(i, jo, k, ji)
+    s2[C].vectorize(ji)
+    product = tex.compile(s2)
+    rng = np.random.default_rng(5)
+    for m, kk, n in [(1, 1, 1), (7, 5, 33), (65, 63, 70)]:
+        y = rng.standard_normal((m, n)).astype(np.float32)
+        for view in (y, np.asfortranarray(y)):
+            np.testing.assert_allclose(row_sums(view), y.sum(axis=1), rtol=1e-5, atol=1e-4)
+        a = rng.standard_normal((m, kk)).astype(np.float32)
+        b = rng.standard_normal((kk, n)).astype(np.float32)
+        np.testing.assert_allclose(product(np.asfortranarray(a), b), a @ b, rtol=1e-5,
+                                   atol=1e-4)

@@ -71,11 +71,11 @@ class TransposedLoop(VectorLoop):
         cg.tested_steps()
         with b.if_else(ok) as (fast, other):
             with fast:
-                self._lanes(start, end)
+                self._lane_chunks(start, end)
             with other:
                 cg._serial_loop(self.outer, start, end)
 
-    def _lanes(self, j_start, j_end):
+    def _lane_chunks(self, j_start, j_end):
         """Chunks of W lanes over the vector loop's range, the last one masked."""
         cg, w = self.cg, self.w
         b = cg.b

@@ -251,12 +251,13 @@ def test_out():
     wide = np.zeros((3, 10))                                   # a non-contiguous out
     tex.einsum("ik,kj->ij", a, b, out=wide[:, ::2])
     np.testing.assert_allclose(wide[:, ::2], a @ b)
-    out64 = np.empty((3, 5))                                   # float32 result into float64
-    got = tex.einsum("ik,kj->ij", a.astype(np.float32), b.astype(np.float32), out=out64)
+    out64 = np.empty((3, 5))                                   # float32 operands, float64 out
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    got = tex.einsum("ik,kj->ij", a32, b32, out=out64)
     assert got is out64
-    # the float32 result, cast: exactly what tex computes without out=
-    np.testing.assert_array_equal(out64, tex.einsum("ik,kj->ij", a.astype(np.float32),
-                                                    b.astype(np.float32)).astype(np.float64))
+    # computed in float64, as numpy does (the common dtype of the operands and out=)
+    np.testing.assert_allclose(out64, a32.astype(np.float64) @ b32.astype(np.float64),
+                               rtol=1e-12)
     scalar_out = np.empty(())
     assert tex.einsum("ij->", a, out=scalar_out) is scalar_out
     np.testing.assert_allclose(scalar_out, a.sum())          # the value, not only the object
@@ -618,3 +619,28 @@ def test_generated(case):
     if len(operands) >= 3:                       # the pairwise order did not change the result
         assert_close(tex.einsum(subscripts, *operands, optimize="optimal"), expected,
                      subscripts, operands)
+
+
+def test_out_of_a_wider_dtype_is_the_computations_dtype_as_in_numpy():
+    """numpy computes in the common dtype of the operands and out=: bools summed into
+    an int64 out= count, int8 products into int64 do not wrap, float32 into float64 is
+    computed in float64 (tex computed in the operands' dtype, then cast: 1 for 3)."""
+    o = np.zeros((), np.int64)
+    assert tex.einsum("i->", np.ones(3, bool), out=o) == 3 and o == 3
+    o = np.zeros(2, np.int64)
+    tex.einsum("ij->i", np.full((2, 100), 100, np.int8), out=o)
+    assert o.tolist() == [10000, 10000]          # (in int8: 16)
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(1000).astype(np.float32)
+    o = np.zeros((), np.float64)
+    tex.einsum("i,i->", a, a, out=o)
+    want = np.zeros((), np.float64)
+    np.einsum("i,i->", a, a, out=want)
+    assert abs(float(o) - float(want)) <= 1e-9 * abs(float(want))
+    for din, dout in [("bool", "int8"), ("uint8", "int16"), ("int32", "float64"),
+                      ("float16", "float32"), ("int8", "float32")]:
+        x = rng.integers(0, 3, (4, 6)).astype(din)
+        got, want = np.zeros(4, dout), np.zeros(4, dout)
+        np.einsum("ij->i", x, out=want)
+        tex.einsum("ij->i", x, out=got)
+        np.testing.assert_array_equal(got, want)

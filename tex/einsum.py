@@ -389,6 +389,12 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
         return einsum_program(subscripts, *operands, dtype=dtype, casting=casting,
                               optimize=optimize).outputs[0]
     arrays = [np.asarray(a) for a in operands]
+    if out is not None and dtype is None and isinstance(out, np.ndarray) and arrays:
+        # numpy computes in the common dtype of the operands and out= (a sum of bools
+        # into an int64 out= counts them; int8 products into int64 do not wrap)
+        own = np.result_type(*(a.dtype for a in arrays))
+        if np.result_type(own, out.dtype) != own:
+            dtype = np.result_type(own, out.dtype)
     greedy = optimize is False or optimize is True or optimize == "greedy"
     key = warm.kernel_key(subscripts, arrays, dtype, casting, optimize)
     entry = _kernels.get(key)
@@ -602,7 +608,8 @@ def _check_out_and_order(entry, arrays, out, order):
 
 
 def _cast_into(out, entry, args, casting, n_operands):
-    """`out=` of another dtype: numpy computes in the result dtype, then casts."""
+    """`out=` of another dtype than the computation's (_einsum made a wider out='s its own):
+    computed, then cast as numpy casts."""
     if not np.can_cast(entry.dtype, out.dtype, casting):
         raise TypeError(f"Iterator requested dtype could not be cast from {entry.dtype!r} "
                         f"to {out.dtype!r}, the operand {n_operands} dtype, according to the "

@@ -629,13 +629,15 @@ def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
     d, red = state.definition, state.definition.reduction
     loop_vars = state_vars(state)
     axes = state.axes[level:]
-    outside = state.axes[:level] + tuple(a for a in axes if not a.reduction)
+    # the private loop indexes the partials as an output loop does (_register_level)
+    tiled = [a for a in axes if not a.reduction or a.var is state.private]
+    outside = state.axes[:level] + tuple(tiled)
     known = {a.var for a in outside}
     # a tile loop's extent may shrink in a tail (Min(T, E - o*T)); one that depends on
     # the reduction loops inside the level is taken at its bound
     tile = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols & set(loop_vars)
             <= known else replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
-            for a in axes if not a.reduction]
+            for a in tiled]
     shape = tuple(upper_bound(a.extent, loop_vars) for a in tile)
     acc = Buffer(f"{d.name}_acc", shape, red.dtype, Scope.LOCAL)
     index = tuple(a.var for a in tile)

@@ -297,6 +297,37 @@ def test_auto_keeps_the_stages_that_have_steps_already():
     assert len(s3.history) == steps
 
 
+def test_a_private_loop_inside_a_split_reduction_keeps_a_partial_per_lane():
+    """The private loop (a vector accumulator's lanes) inside reduction loops that run
+    inside an output loop: the register tile's accumulator left it out and wrote its
+    partials back outside it (KeyError: ji at compile; an adversarial test's finding)."""
+    M_, N_ = tex.sizes("M N")
+    i_, j_ = tex.indices("i j")
+    Y = tex.tensor("Y", (M_, N_), "float64")
+    S = tex.compute("S", (i_,), tex.sum(Y[i_, j_], over=j_))
+    rng = np.random.default_rng(7)
+
+    def loop(s, name):
+        return next(h for h in s[S].loops if h.name == name)
+
+    def strategy(s):
+        s[S].reduction_strategy("vector_accumulator")
+        s[S].split(loop(s, "jo"), 2)
+
+    def by_hand(s):
+        s[S].split(loop(s, "j"), 8)
+        s[S].privatize(loop(s, "ji"))
+        s[S].split_parts(loop(s, "jo"), 2)
+    for steps in (strategy, by_hand):
+        s = tex.schedule(S)
+        steps(s)
+        s[S].reorder(loop(s, "joo"), loop(s, "i"), loop(s, "joi"), loop(s, "ji"))
+        f = tex.compile(s)
+        for m, n in [(1, 1), (5, 77), (7, 8), (3, 200)]:
+            y = rng.standard_normal((m, n))
+            np.testing.assert_allclose(f(y), y.sum(axis=1), rtol=1e-12, atol=1e-12)
+
+
 def test_more_refusals_name_the_loop():
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)

@@ -125,3 +125,20 @@ def test_the_host_remembered_on_disk_is_what_llvm_says(tmp_path, monkeypatch):
     jit._facts.clear()
     assert jit.host_facts() == first and asked == [1, 1]       # asked again
     assert len(list((tmp_path / "host").glob("*.o"))) == 2
+
+
+def test_float16_on_a_cpu_without_f16c():
+    """Without F16C, LLVM converts half precision by calling __extendhfsf2 and
+    __truncsfhf2 (libgcc_s, compiler-rt): the loader finds them in libgcc_s; a kernel
+    for x86-64-v2 failed to load (LoadError naming the symbol)."""
+    x = np.array([1.5, -2.25, 65504, 6e-8, np.inf, np.nan], np.float16)
+    y = np.array([1e-8, 3.14159, 70000, -0.1], np.float32)
+    M = tex.sizes("M")
+    i = tex.indices("i")
+    A = tex.tensor("A", (M,), "float32")
+    with overriding(named("x86-64-v2")), np.errstate(over="ignore"):
+        assert "f16c" not in target().feature_set
+        np.testing.assert_array_equal(tex.einsum("i,i->i", x, x), x * x)
+        assert tex.einsum("i->", np.ones(3, np.float16)) == 3
+        halves = tex.compile(tex.compute("H", (i,), A[i].astype("float16")))
+        np.testing.assert_array_equal(halves(y), y.astype(np.float16))

@@ -48,7 +48,7 @@ class LoadError(RuntimeError):
 
 
 _defined = {}        # symbols other images export to later ones (the thread runtime's)
-_libraries = []      # libc and the rest of the process, then libm: for undefined symbols
+_libraries = []      # libc and the rest of the process, libm, libgcc_s: for undefined symbols
 
 
 def define(name, address):
@@ -57,19 +57,21 @@ def define(name, address):
 
 
 def _external(name, weak=False):
-    """The address of a symbol that no image defines: the process's own (libc, libm);
-    0 for a weak reference that nothing defines."""
+    """The address of a symbol that no image defines: the process's own (libc, libm,
+    libgcc_s: LLVM calls its half-precision conversions, __extendhfsf2 and
+    __truncsfhf2, on a CPU without F16C); 0 for a weak reference that nothing defines."""
     if name in _defined:
         return _defined[name]
     if not _libraries:
         _libraries.append(_libc)
-        try:
-            _libraries.append(ctypes.CDLL("libm.so.6"))
-        except OSError:
-            from ctypes import util
-            path = util.find_library("m")
-            if path:
-                _libraries.append(ctypes.CDLL(path))
+        for soname, short in (("libm.so.6", "m"), ("libgcc_s.so.1", "gcc_s")):
+            try:
+                _libraries.append(ctypes.CDLL(soname))
+            except OSError:
+                from ctypes import util
+                path = util.find_library(short)
+                if path:
+                    _libraries.append(ctypes.CDLL(path))
     for lib in _libraries:
         try:
             address = ctypes.cast(getattr(lib, name), ctypes.c_void_p).value

@@ -644,3 +644,9 @@ def test_out_of_a_wider_dtype_is_the_computations_dtype_as_in_numpy():
         np.einsum("ij->i", x, out=want)
         tex.einsum("ij->i", x, out=got)
         np.testing.assert_array_equal(got, want)
+
+
+def test_bytes_subscripts_and_order_none_as_numpy_takes_them():
+    x = np.arange(4.0)
+    assert tex.einsum(b"i->", x) == np.einsum(b"i->", x) == 6.0
+    np.testing.assert_array_equal(tex.einsum("i,i->i", x, x, order=None), x * x)

@@ -106,6 +106,12 @@ def test_messages_and_printouts_use_the_users_index_names():
 
 
 
+def test_newaxis_in_an_access_is_refused_naming_the_tensor_and_dimension():
+    X = tex.tensor("X", (M, N), "float32")
+    with pytest.raises(TypeError, match=r"tensor X, dimension 0: None \(numpy's newaxis\)"):
+        X[None, i]
+
+
 def test_each_stage_prints_its_loops_by_the_names_its_primitives_take():
     """Two stages over i and j printed the second's loops as i_1 and j_1, names that
     s[R].split refused; the names printed apart are only those of nested loops."""

@@ -381,6 +381,8 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
         from . import dask as tex_dask          # dask arrays in: a dask array out
         if tex_dask.any_dask((subscripts,) + tuple(operands)):
             return tex_dask.einsum(subscripts, operands, dtype, out, casting)
+    if isinstance(subscripts, bytes):                  # numpy takes ASCII bytes too
+        subscripts = subscripts.decode("ascii")
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
     if any(isinstance(a, Tensor) for a in operands):
@@ -592,7 +594,8 @@ def _check_out_and_order(entry, arrays, out, order):
     """Checks `order=` and `out=`; returns the array to write: `out`, an F-ordered array
     if asked, or None ('K' gives C order; 'A' gives F when every operand is F- and not
     every operand C-contiguous)."""
-    layout = _LAYOUTS.get(order.upper() if isinstance(order, str) else None)
+    layout = _LAYOUTS.get(order.upper() if isinstance(order, str) else
+                          "K" if order is None else None)    # numpy takes None for 'K'
     if layout is None:
         raise ValueError(f"order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     if out is not None:

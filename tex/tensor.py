@@ -48,6 +48,10 @@ class Tensor:
             if isinstance(ix, slice) or ix is Ellipsis:
                 raise TypeError(f"tensor {self.name}, dimension {axis}: slices are not "
                                 "index expressions; use an index with an offset (C[i, j + H])")
+            if ix is None:
+                raise TypeError(f"tensor {self.name}, dimension {axis}: None (numpy's "
+                                "newaxis) is not an index expression; a tensor is indexed "
+                                "by one index expression per dimension")
             try:
                 ix = sp.sympify(ix)
             except (sp.SympifyError, TypeError):

@@ -1,7 +1,10 @@
 """Rich display of schedules and their stages (`_repr_html_`): the stages as a table
 (what each computes, its loops, what is computed inside it), the loop nest as `print(s)`
 shows it, and the replayable history."""
-from tex.html import box, code, escape, pre, table
+from tex.html import box, code, details, escape, pre, table
+
+OPEN_LINES = 80        # a longer loop nest is shown collapsed
+OPEN_STEPS = 20        # a longer history likewise
 
 
 def schedule_html(s):
@@ -20,18 +23,27 @@ def schedule_html(s):
         specs = len(st.specializations)
         rows.append((st.name, ("html", code(st.definition.notation)), loops, inside,
                      specs or ""))
-    history = "".join(f"<li>{code(repr(step))}</li>" for step in s.history)
+    steps = s.history
+    history = "".join(f"<li>{code(repr(step))}</li>" for step in steps)
+    about = (f"history ({len(steps)} step{'s' if len(steps) != 1 else ''}, replayable on a "
+             f"fresh schedule: {code(f'tex.schedule({_outputs(p)}).replay(s.history)')})")
+    if not history:
+        history = f"<div>{about}:</div><div><i>no steps: the default loop nest</i></div>"
+    elif len(steps) > OPEN_STEPS:
+        history = f"<details><summary>{about}</summary><ol>{history}</ol></details>"
+    else:
+        history = f"<div>{about}:</div><ol>{history}</ol>"
+    nest = str(s)
+    lines = nest.count("\n") + 1
+    if lines > OPEN_LINES:     # a symbolic matmul's 13 nests print 860 lines: collapsed
+        nest = details(f"loop nest ({lines} lines; print(s) shows it)", nest, lines)
+    else:
+        nest = "<div>loop nest:</div>" + pre(nest)
     return box(f"schedule of {escape(', '.join(o.name for o in p.outputs))} "
                f"{code(p.signature())}",
                table(["kernel stage", "computes", "loops (outermost first)",
                       "computed inside", "specializations"], rows),
-               _not_fused(s),
-               "<div>loop nest:</div>" + pre(str(s)),
-               f"<div>history ({len(s.history)} step{'s' if len(s.history) != 1 else ''},"
-               f" replayable on a fresh schedule: "
-               f"{code(f'tex.schedule({_outputs(p)}).replay(s.history)')}):</div>" +
-               (f"<ol>{history}</ol>" if history else "<div><i>no steps: the default "
-                                                      "loop nest</i></div>"))
+               _not_fused(s), nest, history)
 
 
 

@@ -1,6 +1,8 @@
 """The notebook experience: valid-range extents, user index names in messages and
 printouts, numpy's protocols on expressions, weak Python scalars at call time,
 re-declared tensors, calling a definition, and rich display."""
+import re
+
 import numpy as np
 import pytest
 
@@ -282,6 +284,20 @@ def test_display_of_every_object_holds_what_it_is():
         assert part in html, part
     assert "define" in html
     assert "<tex compiled tex_Rm(A: float32[M, T]" in repr(f)
+
+
+def test_a_long_schedule_displays_collapsed():
+    """The display of an auto-scheduled symbolic matmul showed its 13 nests (~860 lines)
+    and 118 steps inline; past OPEN_LINES and OPEN_STEPS they are collapsed."""
+    A = tex.tensor("A", (M, T), "float32")
+    B = tex.tensor("B", (T, N), "float32")
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    short = tex.schedule(C)._repr_html_()
+    assert "<details>" not in short and "C[i, j]" in short
+    long = tex.schedule(C).auto()._repr_html_()
+    assert long.count("<details>") == 2
+    assert re.search(r"<details><summary>loop nest \(\d+ lines; print\(s\) shows it\)", long)
+    assert "<details><summary>history (" in long
 
 
 def test_ir_and_assembly_are_made_for_display_only(monkeypatch):

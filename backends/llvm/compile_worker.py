@@ -37,10 +37,10 @@ def write_frame(stream, payload):
     stream.flush()
 
 
-# A module whose code tests access steps inside loops (a vector loop's "every access
-# steps by one element" test, vector.py and transposed.py, where no loop around it took
-# the test out: vector.unit_steps_test) names this metadata: it needs LLVM's non-trivial
-# loop unswitching to move the test out of the loop, which only the O3 pipeline runs.
+# A module whose code tests access steps inside a reduction loop (a vector loop's "every
+# access steps by one element" test, vector.py and transposed.py, where no loop around it
+# took the test out: vector.unit_steps_test) names this metadata: it needs LLVM's
+# non-trivial loop unswitching to move the test out of the loop, which only O3 runs.
 UNSWITCH = "tex.loop_unswitching"
 
 

@@ -40,6 +40,7 @@ _NUM_THREADS = [_default_threads()]     # read by every generated call path
 
 # a block's rows x k above which a region per column block pays (thread_parts)
 PART_WORK = 1 << 20
+PARTS_PER_THREAD = 4      # at most, when parts pay (thread_parts)
 
 
 def thread_parts(threads, work, length, block, crowded):
@@ -51,16 +52,25 @@ def thread_parts(threads, work, length, block, crowded):
     numpy's spinning BLAS thread) still takes a share of its rows (4096 x 512 x 1000
     argmax right after a numpy call: numpy/tex 1.2 with regions, 0.8-0.95 with parts).
     For the same reason, 1 part while the CPUs are crowded (`crowded()`: the thread
-    runtime's flag; four parts a thread there did no better). Otherwise a part a thread
-    (1024^3 row max: 4.6 -> 4.3 ms) when each part gets four blocks or more and the
-    largest is at most 1/16 over an even share (AVX2's 112-column blocks of 1000
-    columns, 5 and 4 to 2 threads, were 10% slower than regions)."""
+    runtime's flag). Otherwise up to PARTS_PER_THREAD parts a thread, taken one at a
+    time from the region's counter, so a thread whose CPU is shared takes fewer: with a
+    part a thread, 1024^3 row max right after a numpy call ran 20-22 ms (the thread
+    sharing its CPU with numpy's spinning BLAS thread held up the region with half the
+    work), with four 14.7-15.5 (11 alone either way; Emerald Rapids, 2 threads). Parts
+    pay when there are four blocks a thread or more and the thread with the most blocks
+    has at most 1/16 over an even share (AVX2's 112-column blocks of 1000 columns, 5 and
+    4 to 2 threads, were 10% slower than regions): the most parts that keep that."""
     if threads <= 1 or work > PART_WORK:
         return 1
     blocks = -(-length // block)
-    if blocks < 4 * threads or -(-blocks // threads) * block * threads * 16 > 17 * length:
+    if blocks < 4 * threads:
         return 1
-    return 1 if crowded() else threads
+    for parts in range(min(blocks, PARTS_PER_THREAD * threads), threads - 1, -1):
+        size = -(-blocks // parts)                    # blocks a part (the last ones fewer)
+        most = -(-(-(-blocks // size)) // threads) * size    # a thread's blocks, at most
+        if most * block * threads * 16 <= 17 * length:
+            return 1 if crowded() else parts
+    return 1
 
 
 def set_num_threads(n):

@@ -11,6 +11,7 @@ Loop variables are objects; two with one display name print as `i`, `i_1`, ...
 import sympy as sp
 
 from tex.expr import Access, Const, IndexValue, Op, all_of, negation
+from tex.indices import format_size
 
 from .ir import (Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, children,
                  unique_name, walk)
@@ -52,7 +53,7 @@ class _Names:
         return all(self._scoped(child, around) for child in children(node))
 
     def sym(self, e):
-        return str(sp.sympify(e).xreplace(self.subs)) if self.subs else str(e)
+        return format_size(sp.sympify(e).xreplace(self.subs) if self.subs else e)
 
 
 def format_nest(node, indent=0):

@@ -60,15 +60,15 @@ def test_the_blocks_are_in_the_printed_nest_and_rows_keep_their_loop():
     i, j = tex.indices("i j")
     X = tex.tensor("X", (N,), "float32")
     total = str(tex.schedule(tex.compute("S", (), tex.sum(X[i], over=i))).auto())
-    assert re.search(r"for ibb in 0\.\.ceiling\(N/262144\):  # reduction\n +S_acc_i_sup = 0\.0\n"
-                     r" +for ib in 0\.\.Min\(64, ceiling\(\(N - 262144\*ibb\)/4096\)\):  # "
+    assert re.search(r"for ibb in 0\.\.ceil\(N/262144\):  # reduction\n +S_acc_i_sup = 0\.0\n"
+                     r" +for ib in 0\.\.min\(64, ceil\(\(N - 262144\*ibb\)/4096\)\):  # "
                      r"reduction\n +S_acc_i_blk = 0\.0\n +for i in ", total), total
     Y = tex.tensor("Y", (M, N), "float32")
     rows = str(tex.schedule(tex.compute("R", (j,), tex.sum(Y[j, i], over=i))).auto())
     assert "_blk" not in rows and "_acc_i_part" not in rows, rows
     both = str(tex.schedule(tex.compute("T", (), tex.sum(Y[j, i], over=(j, i)))).auto())
     assert "if N > 4096:  # long row" in both and "if N <= 4096:  # short row" in both, both
-    assert re.search(r"for jb in 0\.\.Min\(64, ceiling\(\(M - 4096\*jbb\)/64\)\)", both), both
+    assert re.search(r"for jb in 0\.\.min\(64, ceil\(\(M - 4096\*jbb\)/64\)\)", both), both
     ints = tex.tensor("Z", (N,), "int32")
     assert "_blk" not in str(tex.schedule(tex.compute("T", (), tex.sum(ints[i], over=i)))
                              .auto())

@@ -59,6 +59,8 @@ class Index(sp.Dummy):
     def _sympystr(self, printer):
         return self.name
 
+    _size_text = _sympystr      # format_size's printer
+
     def _latex(self, printer):
         return self.name.replace("_", r"\_")
 
@@ -361,7 +363,43 @@ def as_size(d, where):
 
 
 class _SizePrinter(StrPrinter):
-    """Sizes and index expressions as a user writes them: `T - R + 1`, `N // 2`."""
+    """Sizes, index expressions and conditions as a user writes them in Python:
+    `T - R + 1`, `N // 2`, `N % 4`, `min(64, N - 64*jo)`, `ceil(N/64)`, `M == 1`,
+    `M >= 6 and N >= 32`, `not (...)` (sympy's own text says `Eq(M, 1)`, `Mod`, `Min`,
+    `ceiling` and `(M >= 6) & (N >= 32)`, `~(...)`)."""
+
+    def _print_Relational(self, e):
+        level = PRECEDENCE["Relational"]
+        return f"{self.parenthesize(e.lhs, level)} {e.rel_op} {self.parenthesize(e.rhs, level)}"
+
+    def _print_And(self, e):
+        return " and ".join(self.parenthesize(a, PRECEDENCE["And"]) for a in e.args)
+
+    def _print_Or(self, e):     # an `and` inside is parenthesized, as readers expect
+        return " or ".join(self.parenthesize(a, PRECEDENCE["And"] + 1) for a in e.args)
+
+    def _print_Not(self, e):
+        return f"not {self.parenthesize(e.args[0], PRECEDENCE['Relational'])}"
+
+    def _print_Min(self, e):
+        return f"min({', '.join(self._print(a) for a in e.args)})"
+
+    def _print_Max(self, e):
+        return f"max({', '.join(self._print(a) for a in e.args)})"
+
+    printmethod = "_size_text"     # not `_sympystr`: CeilDiv's prints `ceiling(a/b)`
+
+    def _print_ceiling(self, e):
+        return f"ceil({self._print(e.args[0])})"
+
+    def _print_CeilDiv(self, e):
+        a, b = e.args
+        return f"ceil({self.parenthesize(a, PRECEDENCE['Mul'])}/" \
+               f"{self.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
+
+    def _print_Mod(self, e):
+        return f"{self.parenthesize(e.args[0], PRECEDENCE['Mul'])} % " \
+               f"{self.parenthesize(e.args[1], PRECEDENCE['Mul'] + 1)}"
 
     def _print_Add(self, e, order=None):
         terms = sorted(e.args, key=lambda a: (a.is_number, a.could_extract_minus_sign(),
@@ -380,6 +418,28 @@ class _SizePrinter(StrPrinter):
             return f"floor({self._print(e.args[0])})"
         return f"{self.parenthesize(num, PRECEDENCE['Mul'])} // " \
                f"{self.parenthesize(den, PRECEDENCE['Mul'] + 1)}"
+
+    def parenthesize(self, item, level, strict=False):
+        """A quotient `a // b` or `a % b` inside a product or power is parenthesized:
+        `3*(N // 4)`, not `3*N // 4`, which Python reads as (3*N) // 4."""
+        if level >= PRECEDENCE["Mul"] and _is_quotient(item):
+            return f"({self._print(item)})"
+        return super().parenthesize(item, level, strict)
+
+    def _print_Mul(self, e):
+        if e.could_extract_minus_sign():        # -(N // 2), not -N // 2 (= (-N) // 2)
+            pos = -e
+            if _is_quotient(pos):
+                return f"-({self._print(pos)})"
+            if pos.is_Mul:
+                return f"-{self._print_Mul(pos)}"
+        return super()._print_Mul(e)
+
+
+def _is_quotient(e):
+    """Does `e` print as `a // b` or `a % b` (which bind as a product does)?"""
+    return isinstance(e, sp.Mod) or \
+        isinstance(e, sp.floor) and sp.fraction(sp.together(e.args[0]))[1] != 1
 
 
 def format_size(e):

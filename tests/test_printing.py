@@ -1,0 +1,43 @@
+"""Printed sizes, index expressions and conditions read as Python: evaluated with Python's
+operators (and min, max, math.ceil) they give sympy's value. Python binds `//` and `%`
+as tightly as `*`, so `3*(N // 4)` and `-(N // 2)` keep their parentheses."""
+import math
+import random
+
+import sympy as sp
+
+import tex
+from tex.indices import format_size
+
+
+def _random_expressions(count, seed):
+    N, M = tex.sizes("N M")
+    atoms = [N, M, N // 2, M // 3, sp.Integer(3), sp.Integer(-2), sp.Mod(N, 4),
+             sp.Mod(N - M, 3), sp.Min(N, M), sp.Max(N // 2, 1), sp.ceiling(N / 4), -N, 2 * M]
+    rng = random.Random(seed)
+    for _ in range(count):
+        e = rng.choice(atoms)
+        for _ in range(rng.randint(1, 4)):
+            other, op = rng.choice(atoms), rng.choice("+-*nfm")
+            e = {"+": lambda: e + other, "-": lambda: e - other, "*": lambda: e * other,
+                 "n": lambda: -e, "f": lambda: sp.floor(e / rng.choice([2, 3, 5])),
+                 "m": lambda: sp.Mod(e, rng.choice([2, 7]))}[op]()
+        yield N, M, e
+
+
+def test_printed_sizes_evaluate_in_python_to_their_value():
+    for N, M, e in _random_expressions(600, seed=1):
+        text = format_size(e)
+        for n, m in [(6, 5), (7, 13), (1025, 2)]:
+            got = eval(text, {"min": min, "max": max, "ceil": math.ceil, "N": n, "M": m})  # noqa: S307
+            assert got == e.subs({N: n, M: m}), (text, e, n, m)
+
+
+def test_conditions_print_as_python():
+    N, M = tex.sizes("N M")
+    assert format_size(sp.Eq(M, 1) & (N >= 32)) == "M == 1 and N >= 32"
+    assert format_size(~((M >= 6) & (N >= 3))) == "not (M >= 6 and N >= 3)"
+    assert format_size(sp.Ne(sp.Mod(N, 4), 0)) == "N % 4 != 0"
+    assert format_size(sp.Min(64, N - 64 * M)) in ("min(64, N - 64*M)", "min(N - 64*M, 64)")
+    assert format_size(3 * (N // 4)) == "3*(N // 4)"
+    assert format_size(-(N // 2)) == "-(N // 2)"

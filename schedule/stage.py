@@ -530,7 +530,8 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     first = first_block(state, outer, level, first_red)
     if first is None:
         body += _nest(inner_out, init, init_guards)
-    else:   # the first block's tiles store: the output is initialised only if none runs
+    elif first[1] is not sp.false:
+        # the first block's tiles store: the output is initialised only if none runs
         body.append(Guard(first[1], _nest(inner_out, init, init_guards)))
     if level is not None:
         body += _nest(state.axes[first_red:level],

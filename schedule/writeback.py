@@ -24,10 +24,13 @@ def first_block(state, outer, level, first_red):
     block's tiles store their sums instead of adding them to the output, so the output
     is neither zeroed beforehand nor read back by the first block (BLAS's beta = 0 on
     the first kc block: 1024^3 float32 wrote and re-read its 4 MB output once more).
-    Only when those loops' extents are known where the output would be initialised."""
+    Only when those loops' extents are known where the output would be initialised.
+    The private loop of a split reduction is not one of them: it picks the partial sum
+    each block adds to, so every part's first block stores (with it counted, only part
+    0 stored and the others added to memory never written)."""
     if level is None:
         return None
-    blocks = [a for a in state.axes[first_red:level] if a.reduction]
+    blocks = [a for a in state.axes[first_red:level] if a.reduction and a.var is not state.private]
     known = {a.var for a in outer}
     loop_vars = {a.var for a in state.axes}
     if not blocks or any(sp.sympify(a.extent).free_symbols & loop_vars - known

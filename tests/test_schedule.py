@@ -328,6 +328,28 @@ def test_a_private_loop_inside_a_split_reduction_keeps_a_partial_per_lane():
             np.testing.assert_allclose(f(y), y.sum(axis=1), rtol=1e-12, atol=1e-12)
 
 
+def test_every_part_of_a_private_loop_stores_its_first_block():
+    """A split reduction's private loop inside a block loop of the same reduction: each
+    part's partial is stored by its own first block. The first block was taken as the
+    first of the private loop too, so the parts after the first added to memory never
+    written (garbage, or the last call's sums; an adversarial test's finding)."""
+    C = PROGRAMS["matmul"]
+    s = tex.schedule(C)
+    i, j, k = s[C].loops
+    ko, ki = s[C].split(k, 8, tail="guard")
+    kio, kii = s[C].split(ki, 4)
+    io, ii = s[C].split(i, 3)
+    s[C].reorder(kio, io, j, ko, kii, ii)
+    s[C].privatize(ko)
+    assert "if kio <= 0:" in str(s) and "ko <= 0" not in str(s), str(s)
+    f = tex.compile(s)
+    rng = np.random.default_rng(0)
+    for m, n, kk in [(7, 5, 20), (7, 5, 20), (1, 1, 1), (63, 65, 100), (7, 5, 20)]:
+        a = rng.standard_normal((m, kk), dtype=np.float32)
+        b = rng.standard_normal((kk, n), dtype=np.float32)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_more_refusals_name_the_loop():
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)

@@ -49,6 +49,27 @@ class LoopHandle:
         return (_loop_of, (self.stage, self.name))
 
 
+def _check_one_level(sched, d, cons):
+    """compute_at nests one level: `d` inside `cons`, where `d` is read by `cons` alone
+    and neither hosts nor is hosted. A chain (mx inside E inside S) lowered E inside S
+    without mx, and a producer with a second reader was not stored for it: both read
+    memory never written (an adversarial test's finding)."""
+    hosted = [p.name for p, c in sched._hosted_by.items() if c is d]
+    if hosted:
+        raise ScheduleError(f"compute_at: {d.name} computes {hosted[0]} inside it, and a "
+                            f"definition that hosts another cannot be computed inside a "
+                            f"third: compute {hosted[0]} inside {cons.name} instead")
+    if cons.definition in sched._hosted_by:
+        raise ScheduleError(f"compute_at: {cons.name} is computed inside "
+                            f"{sched._hosted_by[cons.definition].name}, and compute_at "
+                            f"nests one level: compute {d.name} inside "
+                            f"{sched._hosted_by[cons.definition].name}, or whole")
+    others = [t.name for t in sched._stages if t is not cons.definition and d in t.reads()]
+    if others:
+        raise ScheduleError(f"compute_at: {d.name} is also read by {others[0]}; computed "
+                            f"inside {cons.name} it would not be stored for {others[0]}")
+
+
 class StageHandle:
     """`s[C]`: the schedule of one definition."""
 
@@ -178,6 +199,7 @@ class StageHandle:
         if d in sched._hosted_by:
             raise ScheduleError(f"compute_at: {d.name} is already computed inside "
                                 f"{sched._hosted_by[d].name}")
+        _check_one_level(sched, d, cons)
         var = cons._var("compute_at", at)
         if cons.specializations or isinstance(cons, Specialization):
             base = cons.parent if isinstance(cons, Specialization) else cons

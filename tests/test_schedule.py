@@ -350,6 +350,33 @@ def test_every_part_of_a_private_loop_stores_its_first_block():
         np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_compute_at_nests_one_level_and_only_a_producer_read_by_its_host():
+    """compute_at chains (mx inside E inside S, in either order) and a producer that
+    another definition reads too are refused: the first lowered E inside S without mx,
+    the second stored P for neither of its readers (both read memory never written)."""
+    i, k = tex.indices("i k")
+    A = tex.tensor("A", (M, K), "float32")
+    mx = tex.compute("mx", (i,), tex.max(A[i, k], over=k))
+    E = tex.compute("E", (i, k), A[i, k] - mx[i])
+    S = tex.compute("S", (i,), tex.sum(E[i, k], over=k))
+    for first, second in [((mx, E, "k"), (E, S, "i")), ((E, S, "i"), (mx, E, "k"))]:
+        s = tex.schedule(S)
+        s[first[0]].compute_at(s[first[1]], first[2])
+        with pytest.raises(tex.ScheduleError, match=r"compute_at: (E computes mx inside it|"
+                                                    r"E is computed inside S)"):
+            s[second[0]].compute_at(s[second[1]], second[2])
+        a = np.random.default_rng(0).standard_normal((7, 63)).astype(np.float32)
+        np.testing.assert_allclose(tex.compile(s)(a), (a - a.max(1, keepdims=True)).sum(1),
+                                   rtol=1e-4, atol=1e-3)
+    P = tex.compute("P", (i, k), A[i, k] + 1)
+    Q = tex.compute("Q", (i,), tex.sum(P[i, k], over=k))
+    C = tex.compute("C", (i, k), P[i, k] / Q[i])
+    s = tex.schedule(C)
+    with pytest.raises(tex.ScheduleError, match="compute_at: P is also read by C; computed "
+                                                "inside Q it would not be stored for C"):
+        s[P].compute_at(s[Q], "i")
+
+
 def test_more_refusals_name_the_loop():
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)

@@ -10,8 +10,10 @@ import sympy as sp
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import CeilDiv, Index, Min, Param, less
+from tex.indices import format_size
 
 from .ir import LoopKind, VectorTail, unique_name
+from .region import upper_bound
 from .stage import Axis, Layout
 
 
@@ -158,6 +160,11 @@ def set_kind(state, var, kind, tail="peel"):
     if kind is LoopKind.PARALLEL and axis.reduction and axis.var is not state.private:
         _fail(prim, state, f"loop {axis.name} is a reduction loop: threads would race on the "
               "accumulator; use split_k to split a reduction across threads")
+    if kind is LoopKind.UNROLLED and not upper_bound(
+            axis.extent, {a.var for a in state.axes}).is_Integer:
+        _fail(prim, state, f"loop {axis.name} runs {format_size(axis.extent)} times, not "
+              "a constant number of times (LLVM would leave it rolled): split it by a "
+              "constant factor and unroll the inner loop")
     if kind is LoopKind.VECTOR:
         if axis is not state.axes[-1]:
             _fail(prim, state, f"loop {axis.name} is not the innermost loop")

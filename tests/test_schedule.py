@@ -387,6 +387,11 @@ def test_more_refusals_name_the_loop():
         s[C].split_k(k, 0)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop j is not a reduction loop"):
         s[C].privatize(j)
+    # (an unroll of N iterations was accepted, and LLVM warned on stderr at each compile)
+    with pytest.raises(tex.ScheduleError, match="unroll: .*loop j runs N times, not a constant"):
+        s[C].unroll(j)
+    jo, ji = s[C].split(j, 4)
+    s[C].unroll(ji)                 # min(4, N - 4*jo) times: at most 4
     s4 = tex.schedule(C)
     ko, ki = s4[C].split_k(s4[C].loops[2], 4)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop ki: a stage has one "

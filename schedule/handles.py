@@ -5,6 +5,7 @@ the new state, and commits it with its step record once the schedule has checked
 import threading
 from dataclasses import replace
 
+import numpy as np
 import sympy as sp
 
 from tex.errors import ScheduleError
@@ -47,6 +48,12 @@ class LoopHandle:
 
     def __reduce__(self):
         return (_loop_of, (self.stage, self.name))
+
+
+def _python_int(n):
+    """A numpy integer (a factor from an array's shape or np.arange) as the Python int it
+    is; anything else as given, for the primitive to judge."""
+    return int(n) if isinstance(n, np.integer) else n
 
 
 def _check_one_level(sched, d, cons):
@@ -152,6 +159,7 @@ class StageHandle:
         need not divide the extent: `tail` "peel" shortens the last block, "guard" runs
         whole blocks with each iteration past the end skipped."""
         var = self._var("split", loop)
+        factor = _python_int(factor)
         state, outer, inner = P.split(self.state, var, factor, P.Tail.parse(tail))
         self._apply(state, Split(self.name, var.name, factor, P.Tail.parse(tail).value))
         return LoopHandle(self, outer), LoopHandle(self, inner)
@@ -160,6 +168,7 @@ class StageHandle:
         """Split a reduction loop into `parts` parallel chunks with private partial
         results and a merge; `parts` may be `tex.param("P")` (chosen at call time)."""
         var = self._var("split_k", loop)
+        parts = _python_int(parts)
         state, outer, inner = P.split_k(self.state, var, parts)
         self._apply(state, SplitK(self.name, var.name, recorded_parts(parts)))
         return LoopHandle(self, outer), LoopHandle(self, inner)
@@ -168,6 +177,7 @@ class StageHandle:
         """Split a loop into `parts` chunks (the outer loop counts them): split_k's split
         without partial results; `parts` may be `tex.param("P")`."""
         var = self._var("split_parts", loop)
+        parts = _python_int(parts)
         state, outer, inner = P.split_parts(self.state, var, parts)
         self._apply(state, SplitParts(self.name, var.name, recorded_parts(parts)))
         return LoopHandle(self, outer), LoopHandle(self, inner)

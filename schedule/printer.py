@@ -10,7 +10,7 @@ Loop variables are objects; two with one display name print as `i`, `i_1`, ...
 """
 import sympy as sp
 
-from tex.expr import Access, Const, IndexValue, Op, all_of, negation
+from tex.expr import Access, Const, IndexValue, Op, all_of, const_text, negation
 from tex.indices import format_size
 
 from .ir import (Allocate, Guard, Kernel, Loop, LoopKind, Stage, Store, Update, children,
@@ -66,7 +66,7 @@ def format_nest(node, indent=0):
 
 def _expr(e, names):
     if isinstance(e, Const):
-        return repr(e.value)
+        return const_text(e)
     if isinstance(e, Access):
         idx = ", ".join(names.sym(ix) for ix in e.index)
         return f"{e.tensor.name}[{idx}]" if e.index else e.tensor.name

@@ -315,3 +315,55 @@ def test_ir_and_assembly_are_made_for_display_only(monkeypatch):
     assert "assembly: not generated for display" in html
     monkeypatch.setattr(tex_html, "MAX_LINES", 5)
     assert "more lines" in f._repr_html_()
+
+
+# ---------------------------------------------------------------- a numpy user's first tries
+
+def test_first_tries_of_a_numpy_user_get_an_answer_that_names_the_fix():
+    """Each of these crashed deep inside codegen, dropped data, or answered with Python's
+    own signature error (a notebook audit's findings)."""
+    A = tex.tensor("A", (M, N), "float32")
+    msgs = {
+        "index j appears twice in over=": lambda: tex.sum(A[i, j], over=(j, j)),
+        r"tex.sum builds an expression over tensors.*np.sum": lambda: tex.sum(np.ones(3)),
+        r"max: over= names the index": lambda: tex.max(A[i, j]),
+        r"tensor A is used without indices: write A\[i, j\]": lambda: tex.sum(A, over=j),
+        r"operand 1 is a numpy array, while operand 0 is the tex tensor A": lambda:
+            tex.einsum("ij,ij->i", A, np.ones((2, 3), np.float32)),
+        r"tex.indices: 'p' appears twice": lambda: tex.indices("p p"),
+        r"tex.sizes: '1N' is not a name": lambda: tex.sizes("1N"),
+        r"tensor name 'out' is taken": lambda: tex.tensor("out", (M,), "float32"),
+        r"dimension 0: the string 'i' is not an index": lambda: A["i", j],
+    }
+    for msg, attempt in msgs.items():
+        with pytest.raises((TypeError, ValueError), match=msg):
+            attempt()
+
+
+def test_numpy_integers_outputs_and_objects_at_the_call():
+    A = tex.tensor("A", (M, N), "float32")
+    S = tex.compute("S", (i,), tex.sum(A[i, j], over=j))
+    X = tex.compute("X", (i,), tex.max(A[i, j], over=j))
+    s = tex.schedule(S)
+    s[S].split(s[S].loops[0], np.int64(4))         # a factor from an array's shape
+    assert "factor=4," in repr(s.history)
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = tex.compile((S, X))
+    o1, o2 = np.empty(3, np.float32), np.empty(3, np.float64)
+    got = f(a, out=[o1, None])                      # a list, None to allocate (as ufuncs)
+    assert got[0] is o1 and np.array_equal(got[1], a.max(1))
+    got = f(a, out=(None, o2))
+    assert got[1] is o2 and np.array_equal(o2, a.max(1)) and np.array_equal(got[0], a.sum(1))
+    with pytest.raises(ValueError, match="out= needs a tuple of 2 arrays, got 1"):
+        f(a, out=o1)
+    g = tex.compile(S)
+    assert g(a, out=(o1,)) is o1                      # one output: the array, as numpy
+    with pytest.raises(TypeError, match="tensor A: expected an array of float32, got object"):
+        g(object())
+
+
+def test_float32_constants_print_as_written():
+    X = tex.tensor("X", (M, N), "float32")
+    E = tex.compute("E", (i, j), tex.clip(X[i, j], 0, 1) + 0.1 + 1e-5)
+    assert "0.1" in str(E) and "1e-05" in str(E) and "0.100000001" not in str(E)
+    assert "0.10000000149" not in str(tex.schedule(E))

@@ -184,6 +184,19 @@ def _splice(labels, broadcast):
 Spec = collections.namedtuple("Spec", "shape dtype tensor")   # tensor: a tex Tensor or None
 
 
+def _refuse_data_among_tensors(operands):
+    """einsum on tex tensors builds a definition, called later with every tensor's data:
+    an array among them would have been declared as a tensor and its data dropped."""
+    at, t = next((k, a) for k, a in enumerate(operands) if isinstance(a, Tensor))
+    for k, a in enumerate(operands):
+        if not isinstance(a, Tensor):
+            what = "a numpy array" if isinstance(a, np.ndarray) else f"a {type(a).__name__}"
+            raise TypeError(f"einsum: operand {k} is {what}, while operand {at} is the tex "
+                            f"tensor {t.name}: declare it "
+                            "with tex.tensor(...) too (its data is passed when the result "
+                            "is called), or pass arrays for every operand")
+
+
 def _spec(x):
     """An einsum_program operand -> Spec(shape of sympy integers or expressions, dtype,
     tensor): a tex Tensor, a (shape, dtype) pair or anything np.asarray takes."""
@@ -386,6 +399,7 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
     if any(isinstance(a, Tensor) for a in operands):
+        _refuse_data_among_tensors(operands)
         if out is not None:
             raise TypeError("einsum on tex tensors builds IR; out= applies only to arrays")
         return einsum_program(subscripts, *operands, dtype=dtype, casting=casting,

@@ -98,6 +98,15 @@ class Const(Expr):
         self.value = self.dtype.type(value).item() if not self.weak else value
 
 
+def const_text(c):
+    """A constant as its shortest text in its dtype: a float32 0.1 is `0.1`, not the
+    float64 expansion of its value (0.10000000149011612)."""
+    v = c.value
+    if not c.weak and c.dtype.kind == "f" and c.dtype.itemsize < 8 and np.isfinite(v):
+        return str(c.dtype.type(v))
+    return repr(v)
+
+
 class Access(Expr):
     """`tensor[index...]`: one element of a tensor, each index an affine sympy expression."""
     __slots__ = ("tensor", "index")
@@ -157,6 +166,10 @@ def as_expr(x):
     if isinstance(x, np.ndarray):
         raise TypeError(f"a numpy array (shape {x.shape}) cannot be part of a tex expression: "
                         "declare it with tex.tensor(...) and pass the array at call time")
+    if getattr(x, "needs_indices", False):        # a Tensor (tensor.py)
+        ix = ", ".join("ijklmn"[:len(x.shape)]) if len(x.shape) <= 6 else "i, j, ..."
+        raise TypeError(f"tensor {x.name} is used without indices: write "
+                        f"{x.name}[{ix}] (with tex.indices) in a tex expression")
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tex expression")
 
 
@@ -372,10 +385,20 @@ def _reduction(combiner, body, over, dtype, fast_math, strict=True):
 def reduction_operands(name, body, over):
     """(body as an expression, over as a tuple of indices the body uses), or raise with
     a message that starts with the reduction's `name`."""
+    if isinstance(body, np.ndarray):
+        raise TypeError(f"tex.{name} builds an expression over tensors, "
+                        f"tex.{name}(X[i, j], over=j); for a numpy array use np.{name} or "
+                        "tex.einsum")
     body = as_expr(body)
+    if over is None:
+        raise TypeError(f"{name}: over= names the index or indices to reduce over: "
+                        f"tex.{name}(X[i, j], over=j)")
     over = tuple(over) if isinstance(over, (tuple, list)) else (over,)
     if not over:
         raise ValueError(f"{name}: over= needs at least one index")
+    twice = [x for n, x in enumerate(over) if x in over[:n]]
+    if twice:
+        raise ValueError(f"{name}: index {twice[0]} appears twice in over=")
     for x in over:
         if not isinstance(x, Index):
             hint = ""
@@ -403,7 +426,7 @@ def _numpy_sum_dtype(dt):
     return dt
 
 
-def sum(body, over, dtype=None, fast_math=True):  # noqa: A001 - the public name is tex.sum
+def sum(body, over=None, dtype=None, fast_math=True):  # noqa: A001 - the public name is tex.sum
     """The sum of `body` over the index or tuple of indices `over`:
     `tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))`. `dtype` is the
     accumulator's and the result's (numpy's default: small integers and bool sum as
@@ -412,18 +435,18 @@ def sum(body, over, dtype=None, fast_math=True):  # noqa: A001 - the public name
     return _reduction("sum", body, over, dtype, fast_math)
 
 
-def prod(body, over, dtype=None, fast_math=True):
+def prod(body, over=None, dtype=None, fast_math=True):
     """The product of `body` over `over` (see tex.sum)."""
     return _reduction("prod", body, over, dtype, fast_math)
 
 
-def max(body, over, dtype=None, fast_math=True, initial=None):  # noqa: A001
+def max(body, over=None, dtype=None, fast_math=True, initial=None):  # noqa: A001
     """The maximum over `over`; an empty range is refused as numpy does, unless an
     `initial` value is given (numpy's `initial=`: the result is at least it)."""
     return _extreme("max", maximum, body, over, dtype, fast_math, initial)
 
 
-def min(body, over, dtype=None, fast_math=True, initial=None):  # noqa: A001
+def min(body, over=None, dtype=None, fast_math=True, initial=None):  # noqa: A001
     """The minimum over `over` (see `max`)."""
     return _extreme("min", minimum, body, over, dtype, fast_math, initial)
 
@@ -435,14 +458,14 @@ def _extreme(combiner, pairwise, body, over, dtype, fast_math, initial):
     return pairwise(red, initial)
 
 
-def argmax(body, over, dtype=None):
+def argmax(body, over=None, dtype=None):
     """The position of the maximum of `body` along `over` (int64, the first on ties and
     at a NaN, as numpy.argmax): `tex.compute("P", (i,), tex.argmax(L[i, j], over=j))`.
     Over a tuple of indices, the position is flat in row-major order of their extents."""
     return _reduction("argmax", body, over, dtype, True)
 
 
-def argmin(body, over, dtype=None):
+def argmin(body, over=None, dtype=None):
     """The position of the minimum of `body` along `over` (see tex.argmax)."""
     return _reduction("argmin", body, over, dtype, True)
 
@@ -548,7 +571,7 @@ def _format(e):
     """(text, precedence) of an expression."""
     if isinstance(e, Const):
         v = e.value
-        return repr(v), (7 if isinstance(v, (int, float)) and v < 0 else _ATOM)
+        return const_text(e), (7 if isinstance(v, (int, float)) and v < 0 else _ATOM)
     if isinstance(e, Access):
         return f"{e.tensor.name}[{', '.join(map(format_size, e.index))}]", _ATOM
     if isinstance(e, IndexValue):

@@ -24,7 +24,8 @@ from .errors import ShapeError
 
 def sizes(names):
     """`M, N, K = tex.sizes("M N K")`: symbolic sizes, bound from the arrays at call time."""
-    syms = tuple(sp.Symbol(n, integer=True, nonnegative=True) for n in _split_names(names))
+    syms = tuple(sp.Symbol(n, integer=True, nonnegative=True)
+                 for n in _split_names(names, "sizes"))
     return syms[0] if len(syms) == 1 else syms
 
 
@@ -67,7 +68,7 @@ class Index(sp.Dummy):
 
 def indices(names, extent=None):
     """`i, j = tex.indices("i j")`; `extent=` fixes the range instead of inferring it."""
-    idx = tuple(Index(n, extent) for n in _split_names(names))
+    idx = tuple(Index(n, extent) for n in _split_names(names, "indices"))
     return idx[0] if len(idx) == 1 else idx
 
 
@@ -306,10 +307,19 @@ class AutoParts(Param):
         return (self.name, self.rows, self.length, self.rule, self.block), {}
 
 
-def _split_names(names):
+def _split_names(names, what=None):
+    """"M N K" (or a list) -> names; for tex.sizes / tex.indices (`what`), each an
+    identifier, each once (two indices named p in one call printed alike: E[p, p] read
+    as a diagonal and was a copy)."""
     out = names.replace(",", " ").split() if isinstance(names, str) else list(names)
     if not out:
         raise ValueError("expected at least one name")
+    if what is not None:
+        for n, name in enumerate(out):
+            if not isinstance(name, str) or not name.isidentifier():
+                raise ValueError(f"tex.{what}: {name!r} is not a name (an identifier)")
+            if name in out[:n]:
+                raise ValueError(f"tex.{what}: {name!r} appears twice")
     return out
 
 

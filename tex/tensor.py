@@ -30,6 +30,7 @@ from .indices import argument_name, format_size
 
 class Tensor:
     """An array with a name, a shape of sympy size expressions and a dtype."""
+    needs_indices = True        # an expression reads it as T[i, j] (expr.as_expr says so)
 
     def __init__(self, name, shape, dtype):
         self.name = argument_name(name, "tensor")
@@ -52,6 +53,9 @@ class Tensor:
                 raise TypeError(f"tensor {self.name}, dimension {axis}: None (numpy's "
                                 "newaxis) is not an index expression; a tensor is indexed "
                                 "by one index expression per dimension")
+            if isinstance(ix, str):     # (sympify would make a plain symbol of "i")
+                raise TypeError(f"tensor {self.name}, dimension {axis}: the string {ix!r} "
+                                f"is not an index: make indices with tex.indices({ix!r})")
             try:
                 ix = sp.sympify(ix)
             except (sp.SympifyError, TypeError):
@@ -160,6 +164,9 @@ def _definition(uid, name, indices, expr, extents):
 def tensor(name, shape, dtype="float32"):
     """An input tensor: `A = tex.tensor("A", (M, K), "float32")`. Declaring it again with
     the same name, shape and dtype (a re-run notebook cell) gives the same tensor."""
+    if name == "out":
+        raise ValueError("tensor name 'out' is taken: compiled functions take out= for "
+                         "their results, so choose another name")
     t = Tensor(name, shape, dtype)
     return _TENSORS.setdefault((t.name, t.shape, t.dtype), t)
 

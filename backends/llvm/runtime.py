@@ -440,6 +440,9 @@ def _coerce(sig, pos, a):
     arr = np.asarray(a)
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
+    if arr.dtype == object and arr.ndim == 0:       # not an array, nor a list of numbers
+        raise TypeError(f"tensor {t.name}: expected an array of {t.dtype}, got "
+                        f"{type(a).__name__} {_short_repr(a)} (numpy cannot read it as one)")
     if not isinstance(a, (np.ndarray, np.generic)) and arr.dtype.kind in _KIND_RANK \
             and t.dtype.kind in _KIND_RANK \
             and (arr.size == 0 or _KIND_RANK[arr.dtype.kind] <= _KIND_RANK[t.dtype.kind]):
@@ -455,6 +458,11 @@ def _coerce(sig, pos, a):
         raise TypeError(f"tensor {t.name}: got {arr.dtype} data, which numpy does not cast "
                         f"to {t.dtype} with casting={casting!r}; {fix}")
     return arr.astype(t.dtype)
+
+
+def _short_repr(a, width=40):
+    text = repr(a)
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 class _Lazy(Exception):
@@ -521,10 +529,15 @@ def _dim_error(sig, pos, axis, got, expected):
 
 
 def _prepare_out(sig, out, shapes, inputs):
-    """Validate `out=`; returns (inputs, arrays to write, (results to copy back))."""
-    outs = out if isinstance(out, tuple) else (out,)
+    """Validate `out=`; returns (inputs, arrays to write, (results to copy back)). As
+    numpy's ufuncs take it: a tuple an array an output (a list too), None for an output
+    to allocate."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if len(outs) != len(shapes):
-        raise ValueError(f"out= needs {len(shapes)} arrays, got {len(outs)}")
+        kind = "a tuple of " if len(shapes) > 1 and not isinstance(out, (tuple, list)) else ""
+        raise ValueError(f"out= needs {kind}{len(shapes)} arrays, got {len(outs)}")
+    outs = tuple(np.empty(shape, d.dtype) if o is None else o
+                 for o, shape, d in zip(outs, shapes, sig.program.outputs))
     targets, finish = [], []
     names = [d.name for d in sig.program.outputs]
     for n, o in enumerate(outs):
@@ -552,10 +565,12 @@ def _prepare_out(sig, out, shapes, inputs):
 
 
 def _finish_out(out, targets, finish):
+    results = []
     for tgt, dst in zip(targets, finish):
         if dst is not None:
             np.copyto(dst, tgt)
-    return out
+        results.append(tgt if dst is None else dst)
+    return tuple(results) if len(results) > 1 else results[0]
 
 
 def _status(sig, status, inputs, targets, params):

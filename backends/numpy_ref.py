@@ -15,6 +15,7 @@ import sympy as sp
 from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import Access, Const, IndexValue, Op, Reduce, affine_terms
+from tex.indices import format_size
 from tex.program import as_program
 
 
@@ -33,7 +34,7 @@ def bind_sizes(program, arrays, params=None):
             raise ShapeError(f"tensor {t.name}: expected rank {t.ndim}, got {a.ndim}")
         for axis, d in enumerate(t.shape):
             if int(d.xreplace(values)) != a.shape[axis]:
-                raise ShapeError(f"tensor {t.name}, dimension {axis}: expected {d} = "
+                raise ShapeError(f"tensor {t.name}, dimension {axis}: expected {format_size(d)} = "
                                  f"{int(d.xreplace(values))}, got {a.shape[axis]}")
     return values
 

@@ -41,7 +41,7 @@ class Tail(enum.Enum):
 def show(e):
     """An index expression with loop variables under their display names."""
     e = sp.sympify(e)
-    return str(e.xreplace({v: sp.Symbol(v.name) for v in e.free_symbols if isinstance(v, Index)}))
+    return format_size(e)         # (an Index prints its display name)
 
 
 def _fail(prim, state, msg):

@@ -367,3 +367,15 @@ def test_float32_constants_print_as_written():
     E = tex.compute("E", (i, j), tex.clip(X[i, j], 0, 1) + 0.1 + 1e-5)
     assert "0.1" in str(E) and "1e-05" in str(E) and "0.100000001" not in str(E)
     assert "0.10000000149" not in str(tex.schedule(E))
+
+
+def test_a_definition_prints_as_written():
+    """Nested reductions are lifted into stages of their own (mu_sum0), which the
+    definition's printout showed in their place; dtype= was dropped from it."""
+    X = tex.tensor("X", (M, N), "float32")
+    mu = tex.compute("mu", (i,), tex.sum(X[i, j], over=j) / N)
+    assert repr(mu) == "mu[i] = sum(X[i, j], over=j) / N  # float32[M]"
+    assert mu.notation == "mu[i] = mu_sum0[i] / N"          # its stage's, as schedules show
+    wide = tex.compute("w", (i,), tex.sum(X[i, j], over=j, dtype="float64"))
+    assert repr(wide) == "w[i] = sum(X[i, j], over=j, dtype=float64)  # float64[M]"
+    assert "maximum(" not in repr(tex.compute("v", (i,), tex.var(X[i, j], over=j)))

@@ -18,6 +18,10 @@ from .dtypes import SUPPORTED as dtypes_supported
 from .backends.llvm.warm import einsum
 from .backends.llvm.calls import get_num_threads, set_num_threads
 
+for _f in (einsum, get_num_threads, set_num_threads):
+    _f.__module__ = __name__        # help(tex.einsum) says "in module tex"
+del _f
+
 __version__ = "0.1.0"
 
 # public name -> the module (relative to tex) that defines it, imported on first use

@@ -375,11 +375,17 @@ def _reduction(combiner, body, over, dtype, fast_math, strict=True):
             raise TypeError(f"{combiner}: the result is an int64 position; dtype= must be int64")
     elif dtype is not None:
         acc = dtypes.as_dtype(dtype, f"{combiner}(dtype=)")
-    elif combiner in ("sum", "prod"):
-        acc = _numpy_sum_dtype(body.dtype)
     else:
-        acc = body.dtype
+        acc = _default_accumulator(combiner, body.dtype)
     return Reduce(combiner, body, over, acc, fast_math, strict)
+
+
+def _default_accumulator(combiner, dt):
+    """The accumulator's dtype without dtype=: numpy's (sums of small integers and bool
+    widen), an int64 position for argmax/argmin, else the body's."""
+    if COMBINERS[combiner].positional:
+        return dtypes.INT64
+    return _numpy_sum_dtype(dt) if combiner in ("sum", "prod") else dt
 
 
 def reduction_operands(name, body, over):
@@ -579,7 +585,9 @@ def _format(e):
         return format_size(e.expr), prec
     if isinstance(e, Reduce):
         over = str(e.over[0]) if len(e.over) == 1 else f"({', '.join(map(str, e.over))})"
-        return f"{e.combiner}({format_expr(e.body)}, over={over})", _ATOM
+        dtype = "" if e.dtype == _default_accumulator(e.combiner, e.body.dtype) else \
+            f", dtype={e.dtype.name}"
+        return f"{e.combiner}({format_expr(e.body)}, over={over}{dtype})", _ATOM
     if isinstance(e, Op):
         args = [_format(a) for a in e.args]
         if e.name in _INFIX and len(args) == 2:

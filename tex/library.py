@@ -131,8 +131,8 @@ def var(body, over, ddof=0, dtype=None):
     acc = _mean_dtype(body.dtype, dtype)
     n = _count(body, over, "var")
     dev = cast(body, acc) - sum_(body, over, dtype=acc) / n
-    return _result(sum_(dev * dev, over, dtype=acc) / maximum(as_expr(n) - ddof, 0),
-                   body, dtype)
+    count = n if ddof == 0 else maximum(as_expr(n) - ddof, 0)   # (printed as written)
+    return _result(sum_(dev * dev, over, dtype=acc) / count, body, dtype)
 
 
 def std(body, over, ddof=0, dtype=None):

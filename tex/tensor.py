@@ -105,14 +105,22 @@ class Definition(Tensor):
     def __reduce__(self):
         return (_definition, (self.uid, self.name, self.indices, self.expr, self.extents))
 
+    written = None      # the expression as written, when nested reductions were lifted
+
     def __repr__(self):
-        return f"{self.notation}  # {self.type_str}"
+        """As written: `mu[i] = sum(X[i, j], over=j) / N`, where `notation` (a stage's)
+        reads the lifted reduction, `mu[i] = mu_sum0[i] / N`."""
+        written = self.expr if self.written is None else self.written
+        return f"{self._notation(written)}  # {self.type_str}"
 
     @property
     def notation(self):
         """`C[i, j] = sum(A[i, k] * B[k, j], over=k)`: the definition in index notation."""
+        return self._notation(self.expr)
+
+    def _notation(self, expr):
         idx = ", ".join(map(str, self.indices)) if self.indices else "()"
-        return f"{self.name}[{idx}] = {format_expr(self.expr)}"
+        return f"{self.name}[{idx}] = {format_expr(expr)}"
 
     def _repr_html_(self):
         return _definition_html(self)
@@ -191,9 +199,12 @@ def compute(name, out_indices, expr):
         names = ", ".join(sorted(map(str, missing)))
         raise ValueError(f"compute {name}: index {names} is used in the body but is neither "
                          "an output index nor reduced (over=)")
-    expr = _lift_nested_reductions(name, out_indices, expr)
-    extents = infer_extents(name, out_indices, expr)
-    return Definition(name, out_indices, expr, extents)
+    lifted = _lift_nested_reductions(name, out_indices, expr)
+    extents = infer_extents(name, out_indices, lifted)
+    d = Definition(name, out_indices, lifted, extents)
+    if lifted is not expr:
+        d.written = expr
+    return d
 
 
 def _lift_nested_reductions(name, out_indices, expr):

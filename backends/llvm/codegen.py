@@ -525,14 +525,16 @@ def choice_owners(kernel):
 
 
 def allocated_buffers(kernel):
-    """The intermediate buffers a kernel allocates (outputs excluded): for display."""
-    out = []
+    """The intermediate buffers a kernel allocates (outputs excluded): for display. Once
+    each: the nests of a stage's specializations allocate alike (a symbolic matmul's
+    listed C_part six times)."""
+    out = {}
     for stage in kernel.body:
         for b in buffers_of(stage):
             wanted = b.scope is Scope.TEMP or (b.scope is Scope.LOCAL and b.shape)
-            if wanted and b not in out:
-                out.append(b)
-    return out
+            if wanted:
+                out.setdefault((b.name, tuple(map(str, b.shape)), b.dtype, b.scope), b)
+    return list(out.values())
 
 
 def kernel_buffers(kernel):

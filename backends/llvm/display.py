@@ -38,7 +38,9 @@ def compiled_html(f):
     return box(f"compiled function {escape(f.symbol)}",
                f"<div>{code(f.symbol + p.signature())}</div>",
                f"<div>call-time parameters: {code(params)}</div>" if params else "",
-               "<div>buffers it allocates (outputs excluded):</div>" +
+               "<div>buffers it allocates (outputs excluded" +
+               (f"; in the nests lowered so far, {code('f.buffers')} has every nest's"
+                if HOLE in nest else "") + "):</div>" +
                (table(["buffer", "shape", "dtype", "bytes", "scope"], rows) if rows
                 else "<div><i>none</i></div>"),
                "<div>loop nest" + (" (<code>...</code>: not lowered yet, "

@@ -23,6 +23,7 @@ import sympy as sp
 from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import AutoParts
+from tex.indices import format_size
 from tex.program import as_program
 
 from ...gcpause import paused
@@ -199,7 +200,8 @@ class CompiledFunction:
         # `f(...)` looks `__call__` up on the type: a one-off subclass whose `__call__` is
         # the generated call path itself saves a Python frame (~0.2 us) on every call
         self.__class__ = type("CompiledFunction", (CompiledFunction,),
-                              {"__call__": staticmethod(self._call), "__slots__": ()})
+                              {"__call__": staticmethod(self._call), "__slots__": (),
+                               "__doc__": CompiledFunction.__doc__})
 
     def __del__(self):
         # a class is always in a reference cycle (with its own __mro__): without this,
@@ -245,6 +247,7 @@ class CompiledFunction:
 
     @property
     def loop_nest(self):
+        """The loop nest as pseudo-code, every specialization's nest included (print it)."""
         return format_nest(self.kernel)
 
     @property
@@ -524,15 +527,16 @@ def _rank_error(sig, arrays):
 
 def _dim_error(sig, pos, axis, got, expected):
     t = sig.program.inputs[pos]
-    return ShapeError(f"tensor {t.name}, dimension {axis}: expected {t.shape[axis]} = "
-                      f"{expected}, got {got}")
+    return ShapeError(f"tensor {t.name}, dimension {axis}: expected "
+                      f"{format_size(t.shape[axis])} = {expected}, got {got}")
 
 
 def _prepare_out(sig, out, shapes, inputs):
     """Validate `out=`; returns (inputs, arrays to write, (results to copy back)). As
-    numpy's ufuncs take it: a tuple an array an output (a list too), None for an output
-    to allocate."""
-    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    numpy's ufuncs take it: a tuple an array an output (a list too, when there are
+    several outputs), None for an output to allocate."""
+    several = isinstance(out, tuple) or (isinstance(out, list) and len(shapes) > 1)
+    outs = tuple(out) if several else (out,)
     if len(outs) != len(shapes):
         kind = "a tuple of " if len(shapes) > 1 and not isinstance(out, (tuple, list)) else ""
         raise ValueError(f"out= needs {kind}{len(shapes)} arrays, got {len(outs)}")

@@ -26,11 +26,27 @@ def _random_expressions(count, seed):
 
 
 def test_printed_sizes_evaluate_in_python_to_their_value():
-    for N, M, e in _random_expressions(600, seed=1):
+    for N, M, e in _random_expressions(400, seed=1):
         text = format_size(e)
         for n, m in [(6, 5), (7, 13), (1025, 2)]:
             got = eval(text, {"min": min, "max": max, "ceil": math.ceil, "N": n, "M": m})  # noqa: S307
             assert got == e.subs({N: n, M: m}), (text, e, n, m)
+
+
+def test_printed_comparisons_evaluate_in_python_to_their_truth():
+    """Comparisons with 0 print as bounds (`ii + 8*io < M`); each keeps its truth."""
+    ii, io = tex.indices("ii io")
+    rng = random.Random(2)
+    env = {"min": min, "max": max, "ceil": math.ceil}
+    for N, M, e in _random_expressions(120, seed=3):
+        e = e - rng.choice([ii, 8 * io + ii, 6 * ii + 6, ii - 1]) + rng.choice([-1, 0, 1, -7])
+        for rel in (e >= 0, e > 0, e <= 0, e < 0):
+            if rel in (sp.true, sp.false):
+                continue
+            text = format_size(rel)
+            for n, m, a, b in [(6, 5, 0, 1), (7, 13, 3, 0), (1025, 2, 1, 2)]:
+                got = eval(text, {**env, "N": n, "M": m, "ii": a, "io": b})  # noqa: S307
+                assert got == bool(rel.subs({N: n, M: m, ii: a, io: b})), (text, rel)
 
 
 def test_conditions_print_as_python():
@@ -41,3 +57,6 @@ def test_conditions_print_as_python():
     assert format_size(sp.Min(64, N - 64 * M)) in ("min(64, N - 64*M)", "min(N - 64*M, 64)")
     assert format_size(3 * (N // 4)) == "3*(N // 4)"
     assert format_size(-(N // 2)) == "-(N // 2)"
+    ii, io = tex.indices("ii io")
+    assert format_size(M - ii - 8 * io - 1 >= 0) in ("ii + 8*io < M", "8*io + ii < M")
+    assert format_size(N - 64 * io - 64 >= 0) == "64*io + 64 <= N"

@@ -379,8 +379,9 @@ class _SizePrinter(StrPrinter):
     `ceiling` and `(M >= 6) & (N >= 32)`, `~(...)`)."""
 
     def _print_Relational(self, e):
+        lhs, op, rhs = _as_bound(e)
         level = PRECEDENCE["Relational"]
-        return f"{self.parenthesize(e.lhs, level)} {e.rel_op} {self.parenthesize(e.rhs, level)}"
+        return f"{self.parenthesize(lhs, level)} {op} {self.parenthesize(rhs, level)}"
 
     def _print_And(self, e):
         return " and ".join(self.parenthesize(a, PRECEDENCE["And"]) for a in e.args)
@@ -412,7 +413,11 @@ class _SizePrinter(StrPrinter):
                f"{self.parenthesize(e.args[1], PRECEDENCE['Mul'] + 1)}"
 
     def _print_Add(self, e, order=None):
-        terms = sorted(e.args, key=lambda a: (a.is_number, a.could_extract_minus_sign(),
+        # terms added, then subtracted, a number last (T - R + 1), or first when nothing
+        # else is added (1024 - 48*io)
+        lead = all(a.is_number or a.could_extract_minus_sign() for a in e.args)
+        terms = sorted(e.args, key=lambda a: (not (lead and a.is_number and a > 0),
+                                              a.is_number, a.could_extract_minus_sign(),
                                               sp.default_sort_key(a)))
         out = self._print(terms[0])
         for t in terms[1:]:
@@ -444,6 +449,29 @@ class _SizePrinter(StrPrinter):
             if pos.is_Mul:
                 return f"-{self._print_Mul(pos)}"
         return super()._print_Mul(e)
+
+
+def _as_bound(rel):
+    """A comparison with 0 as the reader writes it: the terms it subtracts on the left,
+    the others on the right, `ii + 8*io < M` for `M - ii - 8*io - 1 >= 0` (sympy's
+    canonical form). The constant goes to the side it adds to, or, when it is the
+    1 that makes the comparison strict, away (integers: `Q <= P - 1` is `Q < P`)."""
+    lhs, op, rhs = rel.lhs, rel.rel_op, rel.rhs
+    if rhs != 0 or not isinstance(lhs, sp.Add) or op not in ("<", "<=", ">", ">="):
+        return lhs, op, rhs
+    c = sum((t for t in lhs.args if t.is_number), sp.Integer(0))
+    neg = [-t for t in lhs.args if not t.is_number and t.could_extract_minus_sign()]
+    pos = [t for t in lhs.args if not t.is_number and not t.could_extract_minus_sign()]
+    if not neg or not (pos or c > 0) or not c.is_Integer:
+        return lhs, op, rhs
+    q, p = sp.Add(*neg), sp.Add(*pos)
+    # P - Q + c (op) 0  is  Q (flipped op) P + c
+    flipped = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}[op]
+    if c == -1 and flipped in ("<=", ">"):          # Q <= P - 1: Q < P
+        return q, {"<=": "<", ">": ">="}[flipped], p
+    if c == 1 and flipped in ("<", ">="):           # Q < P + 1: Q <= P
+        return q, {"<": "<=", ">=": ">"}[flipped], p
+    return (q - c, flipped, p) if c < 0 else (q, flipped, p + c)
 
 
 def _is_quotient(e):

@@ -334,6 +334,9 @@ def test_first_tries_of_a_numpy_user_get_an_answer_that_names_the_fix():
         r"tex.sizes: '1N' is not a name": lambda: tex.sizes("1N"),
         r"tensor name 'out' is taken": lambda: tex.tensor("out", (M,), "float32"),
         r"dimension 0: the string 'i' is not an index": lambda: A["i", j],
+        r"write np.exp\(A\[i, j\]\)": lambda: np.exp(A),
+        r"size M cannot be bound.*A1 of shape \(M \+ 1\).*write M as M1 - 1": lambda:
+            tex.compute("Y", (i,), tex.tensor("A1", (M + 1,), "float32")[i])(np.ones(3)),
     }
     for msg, attempt in msgs.items():
         with pytest.raises((TypeError, ValueError), match=msg):

@@ -146,6 +146,16 @@ class Reduce(Expr):
         self.dtype, self.fast_math, self.strict = dtype, fast_math, strict
 
 
+def some_indices(t):
+    return ", ".join("ijklmn"[:len(t.shape)]) if len(t.shape) <= 6 else "i, j, ..."
+
+
+def without_indices(t, spelling):
+    """The message for a tensor used where an element of it is meant."""
+    return (f"tensor {t.name} is used without indices: write {spelling} (with tex.indices) "
+            "in a tex expression")
+
+
 def as_expr(x):
     """Wrap Python scalars, indices, sizes and index expressions as expression nodes. A
     size expression (`N`, `N // 2`) is an int64 value read at call time that promotes
@@ -167,9 +177,7 @@ def as_expr(x):
         raise TypeError(f"a numpy array (shape {x.shape}) cannot be part of a tex expression: "
                         "declare it with tex.tensor(...) and pass the array at call time")
     if getattr(x, "needs_indices", False):        # a Tensor (tensor.py)
-        ix = ", ".join("ijklmn"[:len(x.shape)]) if len(x.shape) <= 6 else "i, j, ..."
-        raise TypeError(f"tensor {x.name} is used without indices: write "
-                        f"{x.name}[{ix}] (with tex.indices) in a tex expression")
+        raise TypeError(without_indices(x, f"{x.name}[{some_indices(x)}]"))
     raise TypeError(f"cannot use {type(x).__name__} {x!r} in a tex expression")
 
 

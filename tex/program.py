@@ -9,6 +9,7 @@ import sympy as sp
 from . import dag
 from .errors import ShapeError
 from .html import box, code, pre
+from .indices import format_size
 from .expr import Index, IndexValue, Param, walk
 from .tensor import Definition, Tensor, access_checks
 
@@ -108,7 +109,15 @@ class Program:
         unbound = [s for s in self.sizes if s not in bind]
         if unbound:
             names = ", ".join(map(str, unbound))
-            raise ShapeError(f"size {names} cannot be bound: no input has it as a dimension")
+            dims = [f"{t.name} of shape ({', '.join(map(format_size, t.shape))})"
+                    for t in self.inputs
+                    if any(sp.sympify(d).free_symbols & set(unbound) for d in t.shape)]
+            n = unbound[0]
+            fix = (f" ({', '.join(dims)}: give that dimension a size of its own, "
+                   f"{n}1 = tex.sizes('{n}1'), and write {n} as {n}1 - 1 where it differs)"
+                   if dims else "")
+            raise ShapeError(f"size {names} cannot be bound: no input has it as a dimension"
+                             f"{fix}")
         return bind
 
     def access_checks(self):

@@ -23,7 +23,8 @@ import sympy as sp
 from . import dtypes
 from .errors import ShapeError
 from .expr import (Access, Index, Reduce, affine_terms, as_expr, as_size, check_rank, format_expr,
-                   expr_indices, free_indices, index_symbols, rebuild, walk, with_children)
+                   expr_indices, free_indices, index_symbols, rebuild, some_indices, walk,
+                   with_children, without_indices)
 from .html import box, code, escape, pre, table
 from .indices import argument_name, format_size
 
@@ -40,6 +41,10 @@ class Tensor:
     @property
     def ndim(self):
         return len(self.shape)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise TypeError(without_indices(
+            self, f"np.{ufunc.__name__}({self.name}[{some_indices(self)}])"))
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)

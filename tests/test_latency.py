@@ -65,7 +65,8 @@ def test_import_tex_leaves_heavy_dependencies_unloaded(tmp_path):
             "assert 'sympy' in sys.modules\n"
             "import tex.einsum, tex.tensor\n"       # submodules do not hide the functions
             "assert callable(tex.einsum) and callable(tex.tensor)\n"
-            "assert tex.einsum.__module__ == 'tex.backends.llvm.warm'\n"
+            "assert tex.einsum.__code__.co_filename.endswith('warm.py')\n"
+            "assert tex.einsum.__module__ == 'tex'\n"     # help(tex.einsum): in module tex
             "assert 'einsum_program' in dir(tex)\n"
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

@@ -416,9 +416,10 @@ class _SizePrinter(StrPrinter):
         # terms added, then subtracted, a number last (T - R + 1), or first when nothing
         # else is added (1024 - 48*io)
         lead = all(a.is_number or a.could_extract_minus_sign() for a in e.args)
+        order = {a: n for n, a in enumerate(e.as_ordered_terms())}    # sympy's: ki + 8*ko
         terms = sorted(e.args, key=lambda a: (not (lead and a.is_number and a > 0),
                                               a.is_number, a.could_extract_minus_sign(),
-                                              sp.default_sort_key(a)))
+                                              order[a]))
         out = self._print(terms[0])
         for t in terms[1:]:
             if t.could_extract_minus_sign():

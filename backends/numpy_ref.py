@@ -161,7 +161,7 @@ def _reduce(red, value, axes):
             fill, dtype = 0, np.int64
         else:
             fill, dtype = combiner.identity(acc), acc
-        if red.strict and 0 not in kept:        # numpy refuses (tex.max(initial=) does not)
+        if red.strict:      # numpy refuses, also into an empty result (tex.max(initial=) does not)
             raise ValueError(f"zero-size array to reduction operation {combiner.numpy} "
                              "which has no identity")
         return np.full(kept, fill, dtype)

@@ -251,7 +251,8 @@ class StageHandle:
         if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
             raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
                                 "condition on sizes (a relation such as M >= 64)")
-        known = set(self.sched.program.sizes) | set(self.sched.program.params)
+        known = set(self.sched.program.sizes) | set(self.sched.program.params) | {
+            x for st in self.sched.stages for x in st.params() if isinstance(x, Param)}
         unknown = [str(x) for x in cond.free_symbols if x not in known]
         if unknown:
             raise ScheduleError(f"specialize: in stage {self.name}, the condition {cond} uses "

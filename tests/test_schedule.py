@@ -518,6 +518,23 @@ def test_printed_choices_read_as_an_elif_chain_that_picks_the_guard_that_holds(c
     assert "\nif N >= 5:" in text and "elif" not in text and "else" not in text
 
 
+def test_specialize_on_a_parameter_of_a_schedule_step():
+    """A condition on a tex.param that only split_k uses (not the program's expressions)
+    was refused as 'not sizes or parameters of the program' (an adversarial test)."""
+    C = PROGRAMS["matmul"]
+    P = tex.param("P")
+    s = tex.schedule(C)
+    s[C].split_k(s[C].loops[2], parts=P)
+    spec = s[C].specialize(P >= 4)
+    spec.parallel(spec.loops[0])
+    f = tex.compile(s)
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((7, 33), dtype=np.float32)
+    b = rng.standard_normal((33, 5), dtype=np.float32)
+    for p in (1, 3, 4, 9):
+        np.testing.assert_allclose(f(a, b, P=p), a @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_specialize_refusals():
     C = PROGRAMS["matmul"]
     s = tex.schedule(C)

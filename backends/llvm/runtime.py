@@ -384,11 +384,10 @@ def _make_caller(sig):
                 L.append(f"    if {pyexpr(ext, names)} < 0: raise _ShapeError('compute {d.name}:"
                          f" index {x.name} has a negative extent {ext} = %d' % "
                          f"{pyexpr(ext, names)})")
-    for n, (d, message, nonempty, empty) in enumerate(_identityless_reductions(program)):
+    for n, (d, message, empty) in enumerate(_identityless_reductions(program)):
         g[f"_red_msg{n}"] = message
-        cond_out = " and ".join(f"{pyexpr(e, names)} > 0" for e in nonempty) or "True"
         cond_red = " or ".join(f"{pyexpr(e, names)} == 0" for e in empty)
-        L.append(f"    if {cond_out} and ({cond_red}): raise ValueError(_red_msg{n})")
+        L.append(f"    if {cond_red}: raise ValueError(_red_msg{n})")
     outs = []
     for n, o in enumerate(outputs):
         g[f"_odt{n}"] = o.dtype
@@ -500,9 +499,10 @@ def _param(sig, name, value):
 
 
 def _identityless_reductions(program):
-    """(definition, message, extents that make its output non-empty, extents that make
-    its reduction empty) for every max/min/argmax/argmin: numpy refuses to reduce an
-    empty axis with them (there is no identity to return), and so does tex."""
+    """(definition, message, extents that make its reduction empty) for every
+    max/min/argmax/argmin: numpy refuses to reduce an empty axis with them (there is no
+    identity to return), also into an empty result (a (0, 0) array's max over axis 1),
+    and so does tex."""
     out = []
     for d in program.definitions:
         red = d.reduction
@@ -511,8 +511,7 @@ def _identityless_reductions(program):
         over = ", ".join(f"{x.name} (extent {d.extents[x]})" for x in red.over)
         message = (f"zero-size array to reduction operation {COMBINERS[red.combiner].numpy} "
                    f"which has no identity: {d.name} reduces over {over}, which is empty")
-        out.append((d, message, [d.extents[x] for x in d.indices],
-                    [d.extents[x] for x in red.over]))
+        out.append((d, message, [d.extents[x] for x in red.over]))
     return out
 
 

@@ -66,8 +66,9 @@ def thread_parts(threads, work, length, block, crowded):
     if blocks < 4 * threads:
         return 1
     for parts in range(min(blocks, PARTS_PER_THREAD * threads), threads - 1, -1):
-        size = -(-blocks // parts)                    # blocks a part (the last ones fewer)
-        most = -(-(-(-blocks // size)) // threads) * size    # a thread's blocks, at most
+        size = -(-blocks // parts)          # blocks a part (the last ones fewer)
+        dealt = -(-blocks // size)          # the parts that get blocks
+        most = -(-dealt // threads) * size  # a thread's blocks, at most
         if most * block * threads * 16 <= 17 * length:
             return 1 if crowded() else parts
     return 1

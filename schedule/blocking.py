@@ -223,11 +223,11 @@ def block_fused_contraction(stage, roles, blocking, avoid=frozenset(), slice_var
     never a loop over an index in `avoid` (those a fused consumer reduces over), unless
     the consumers reduce over it in lanes (`in_lanes`: their per-lane partials, which
     epilogue.privatize_parts then keeps apart per part): a consumer that reduces over j
-    gets the jc blocks dealt in a part a thread (`jp`, when each gets four blocks or
-    more, evenly, and a block's rows x k are few: calls.thread_parts; each thread packs
-    its own B blocks, one parallel region a call), where the ic
-    blocks of every jc block had a region of their own (16 for 1024^3: right after a
-    numpy call, whose BLAS thread keeps a core, each waited on it). A sliced root's slice
+    gets the jc blocks dealt in parts (`jp`, up to four a thread, when each thread gets
+    four blocks or more, evenly, and a block's rows x k are few: calls.thread_parts; each
+    thread packs its own B blocks, one parallel region a call), where the ic blocks of
+    every jc block had a region of their own (16 for 1024^3: right after a numpy call,
+    whose BLAS thread keeps a core, each waited on it). A sliced root's slice
     index `slice_var` runs in the tile, unrolled, between k and the tile's rows."""
     from tex.expr import AutoParts
     bl = blocking

@@ -63,14 +63,13 @@ def _check_one_level(sched, d, cons):
     memory never written (an adversarial test's finding)."""
     hosted = [p.name for p, c in sched._hosted_by.items() if c is d]
     if hosted:
-        raise ScheduleError(f"compute_at: {d.name} computes {hosted[0]} inside it, and a "
-                            f"definition that hosts another cannot be computed inside a "
-                            f"third: compute {hosted[0]} inside {cons.name} instead")
+        raise ScheduleError(f"compute_at: {d.name} computes {hosted[0]} inside it, and "
+                            "compute_at nests one level: compute one inside the other, "
+                            "not both")
     if cons.definition in sched._hosted_by:
         raise ScheduleError(f"compute_at: {cons.name} is computed inside "
                             f"{sched._hosted_by[cons.definition].name}, and compute_at "
-                            f"nests one level: compute {d.name} inside "
-                            f"{sched._hosted_by[cons.definition].name}, or whole")
+                            f"nests one level: compute one inside the other, not both")
     others = [t.name for t in sched._stages if t is not cons.definition and d in t.reads()]
     if others:
         raise ScheduleError(f"compute_at: {d.name} is also read by {others[0]}; computed "

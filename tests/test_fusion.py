@@ -158,7 +158,9 @@ def test_a_reduction_over_columns_deals_the_column_blocks_in_parts(cpu):
                 # 64: 7 a part) and 8 on AVX2 (16 of 112), 2 and 3 at 2049 on the host,
                 # 1 at 100
                 parts = next(p for p in f.kernel.params if getattr(p, "rule", "") == "threads")
-                for m, kk, n in [(7, 5, 1000), (65, 33, 2049), (13, 3, 100), (9, 4, 1792)]:
+                # (750 on the host: 8 parts of 2 blocks for 12 blocks, the last two empty)
+                for m, kk, n in [(7, 5, 1000), (65, 33, 2049), (13, 3, 100), (9, 4, 1792),
+                                 (5, 3, 750)]:
                     if n == 1792:          # 1 part while the CPUs are crowded
                         assert [thread_parts(2, m * kk, n, parts.block, lambda: c)
                                 for c in (0, 1)] == [{64: 4, 112: 8}[parts.block], 1]

@@ -335,8 +335,11 @@ def test_first_tries_of_a_numpy_user_get_an_answer_that_names_the_fix():
         r"tensor name 'out' is taken": lambda: tex.tensor("out", (M,), "float32"),
         r"dimension 0: the string 'i' is not an index": lambda: A["i", j],
         r"write np.exp\(A\[i, j\]\)": lambda: np.exp(A),
-        r"size M cannot be bound.*A1 of shape \(M \+ 1\).*write M as M1 - 1": lambda:
+        r"size M cannot be bound.*A1 has shape \(M \+ 1\).*write M as M1 - 1": lambda:
             tex.compute("Y", (i,), tex.tensor("A1", (M + 1,), "float32")[i])(np.ones(3)),
+        r"size M cannot be bound.*A2 has M // 2: give that dimension a size of its own": lambda:
+            tex.compute("Y", (i,), tex.tensor("A2", (M // 2,), "float32")[i])(np.ones(3)),
+        r"parameter name 'out' is taken": lambda: tex.param("out"),
     }
     for msg, attempt in msgs.items():
         with pytest.raises((TypeError, ValueError), match=msg):
@@ -363,6 +366,10 @@ def test_numpy_integers_outputs_and_objects_at_the_call():
     assert g(a, out=(o1,)) is o1                      # one output: the array, as numpy
     with pytest.raises(TypeError, match="tensor A: expected an array of float32, got object"):
         g(object())
+    from fractions import Fraction          # what numpy converts is converted, as before
+    half = tex.compile(tex.compute("H", (i,), tex.tensor("V", (M,), "float64")[i] *
+                                   tex.tensor("s0", (), "float64")[()]), casting="unsafe")
+    np.testing.assert_array_equal(half(np.ones(2), Fraction(1, 2)), [0.5, 0.5])
 
 
 def test_float32_constants_print_as_written():
@@ -382,3 +389,8 @@ def test_a_definition_prints_as_written():
     wide = tex.compute("w", (i,), tex.sum(X[i, j], over=j, dtype="float64"))
     assert repr(wide) == "w[i] = sum(X[i, j], over=j, dtype=float64)  # float64[M]"
     assert "maximum(" not in repr(tex.compute("v", (i,), tex.var(X[i, j], over=j)))
+    import pickle
+    from tex.tensor import Definition
+    data = pickle.dumps(mu)
+    del Definition._live[mu.uid]            # as in another process: a new object
+    assert repr(pickle.loads(data)) == repr(mu)

@@ -60,3 +60,5 @@ def test_conditions_print_as_python():
     ii, io = tex.indices("ii io")
     assert format_size(M - ii - 8 * io - 1 >= 0) in ("ii + 8*io < M", "8*io + ii < M")
     assert format_size(N - 64 * io - 64 >= 0) == "64*io + 64 <= N"
+    half = sp.Rational(1, 2) * N - M - 1 >= 0       # not integral: no `<` for `<= - 1`
+    assert eval(format_size(half), {"N": 3, "M": 1}) is False  # noqa: S307

@@ -189,7 +189,7 @@ def _refuse_data_among_tensors(operands):
     an array among them would have been declared as a tensor and its data dropped."""
     at, t = next((k, a) for k, a in enumerate(operands) if isinstance(a, Tensor))
     for k, a in enumerate(operands):
-        if not isinstance(a, Tensor):
+        if not isinstance(a, Tensor) and not _is_shape_dtype(a):
             what = "a numpy array" if isinstance(a, np.ndarray) else f"a {type(a).__name__}"
             raise TypeError(f"einsum: operand {k} is {what}, while operand {at} is the tex "
                             f"tensor {t.name}: declare it "
@@ -197,13 +197,18 @@ def _refuse_data_among_tensors(operands):
                             "is called), or pass arrays for every operand")
 
 
+def _is_shape_dtype(x):
+    """Is `x` an operand declared as (shape, dtype), data to come at the call?"""
+    return (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list))
+            and isinstance(x[1], (str, type, np.dtype)))
+
+
 def _spec(x):
     """An einsum_program operand -> Spec(shape of sympy integers or expressions, dtype,
     tensor): a tex Tensor, a (shape, dtype) pair or anything np.asarray takes."""
     if isinstance(x, Tensor):
         return Spec(x.shape, x.dtype, x)
-    if (isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list))
-            and isinstance(x[1], (str, type, np.dtype))):
+    if _is_shape_dtype(x):
         return Spec(tuple(map(sp.sympify, x[0])), dtypes.as_dtype(x[1]), None)
     a = np.asarray(x)
     dtype = a.dtype if a.dtype.isnative else np.dtype(a.dtype.type)

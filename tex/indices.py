@@ -74,6 +74,9 @@ def indices(names, extent=None):
 
 def param(name):
     """A call-time integer parameter (`split_k(k, parts=tex.param("P"))`)."""
+    if name == "out":
+        raise ValueError("parameter name 'out' is taken: compiled functions take out= for "
+                         "their results, so choose another name")
     return Param(argument_name(name, "parameter"))
 
 
@@ -288,9 +291,10 @@ class AutoParts(Param):
     one of the runtime's rules (backends/llvm/runtime.PART_RULES): "split_k" (`s.auto()`'s
     split-K decision: `rows` is the extent of the loop that the threads would otherwise
     share, `length` the extent of the reduction), "split_k_stream" (the same for a few
-    rows streaming B, from a shorter reduction in a loop) or "threads" (a part a thread of a loop
-    of `length` in blocks of `block`, when each part gets four blocks or more, evenly,
-    and `rows`, the work the threads would otherwise share in each block, is small)."""
+    rows streaming B, from a shorter reduction in a loop) or "threads" (up to four parts a
+    thread of a loop of `length` in blocks of `block`, when each thread gets four blocks
+    or more, evenly, and `rows`, the work the threads would otherwise share in each
+    block, is small: calls.thread_parts)."""
 
     def __new__(cls, name, rows, length, rule="split_k", block=1):
         # not through sympy's symbol cache, which would hand back (and overwrite) the
@@ -468,9 +472,10 @@ def _as_bound(rel):
     q, p = sp.Add(*neg), sp.Add(*pos)
     # P - Q + c (op) 0  is  Q (flipped op) P + c
     flipped = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}[op]
-    if c == -1 and flipped in ("<=", ">"):          # Q <= P - 1: Q < P
+    integral = (p - q).is_integer is True
+    if integral and c == -1 and flipped in ("<=", ">"):     # Q <= P - 1: Q < P
         return q, {"<=": "<", ">": ">="}[flipped], p
-    if c == 1 and flipped in ("<", ">="):           # Q < P + 1: Q <= P
+    if integral and c == 1 and flipped in ("<", ">="):      # Q < P + 1: Q <= P
         return q, {"<": "<=", ">=": ">"}[flipped], p
     return (q - c, flipped, p) if c < 0 else (q, flipped, p + c)
 

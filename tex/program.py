@@ -109,15 +109,8 @@ class Program:
         unbound = [s for s in self.sizes if s not in bind]
         if unbound:
             names = ", ".join(map(str, unbound))
-            dims = [f"{t.name} of shape ({', '.join(map(format_size, t.shape))})"
-                    for t in self.inputs
-                    if any(sp.sympify(d).free_symbols & set(unbound) for d in t.shape)]
-            n = unbound[0]
-            fix = (f" ({', '.join(dims)}: give that dimension a size of its own, "
-                   f"{n}1 = tex.sizes('{n}1'), and write {n} as {n}1 - 1 where it differs)"
-                   if dims else "")
             raise ShapeError(f"size {names} cannot be bound: no input has it as a dimension"
-                             f"{fix}")
+                             f"{_binding_hint(self.inputs, unbound[0])}")
         return bind
 
     def access_checks(self):
@@ -155,3 +148,21 @@ def as_program(outputs):
 
 
 __all__ = ["Program", "Tensor", "as_program"]
+
+
+def _binding_hint(inputs, n):
+    """How to bind size `n` that inputs have only inside an expression: for `n + c`, a
+    size of its own and n written through it; otherwise that the dimension needs one."""
+    for t in inputs:
+        for d in t.shape:
+            d = sp.sympify(d)
+            if n in d.free_symbols:
+                c = d - n
+                if c.is_Integer:
+                    m = f"{n}{1 if c > 0 else 0}"
+                    return (f" ({t.name} has shape ({', '.join(map(format_size, t.shape))}): "
+                            f"declare it with a size of its own, {m} = tex.sizes('{m}'), and "
+                            f"write {n} as {format_size(sp.Symbol(m) - c)})")
+                return (f" ({t.name} has {format_size(d)}: give that dimension a size of its "
+                        f"own and write {n} through it)")
+    return ""

@@ -43,8 +43,9 @@ class Tensor:
         return len(self.shape)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        raise TypeError(without_indices(
-            self, f"np.{ufunc.__name__}({self.name}[{some_indices(self)}])"))
+        args = ", ".join(f"{x.name}[{some_indices(x)}]" if isinstance(x, Tensor) else "..."
+                         for x in inputs)
+        raise TypeError(without_indices(self, f"np.{ufunc.__name__}({args})"))
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
@@ -108,7 +109,8 @@ class Definition(Tensor):
         Definition._live[self.uid] = self
 
     def __reduce__(self):
-        return (_definition, (self.uid, self.name, self.indices, self.expr, self.extents))
+        return (_definition, (self.uid, self.name, self.indices, self.expr, self.extents,
+                              self.written))
 
     written = None      # the expression as written, when nested reductions were lifted
 
@@ -168,10 +170,14 @@ class Definition(Tensor):
 _TENSORS = weakref.WeakValueDictionary()        # (name, shape, dtype) -> the input tensor
 
 
-def _definition(uid, name, indices, expr, extents):
+def _definition(uid, name, indices, expr, extents, written=None):
     """Unpickling: the definition with this uid if the process has it, else a new one."""
     known = Definition._live.get(uid)
-    return known if known is not None else Definition(name, indices, expr, extents, uid)
+    if known is not None:
+        return known
+    d = Definition(name, indices, expr, extents, uid)
+    d.written = written
+    return d
 
 
 def tensor(name, shape, dtype="float32"):

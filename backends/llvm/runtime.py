@@ -382,7 +382,8 @@ def _make_caller(sig):
         for x, ext in d.extents.items():
             if not (ext.is_Symbol or ext.is_Integer):
                 L.append(f"    if {pyexpr(ext, names)} < 0: raise _ShapeError('compute {d.name}:"
-                         f" index {x.name} has a negative extent {ext} = %d' % "
+                         f" index {x.name} has a negative extent "
+                         f"{format_size(ext).replace('%', '%%')} = %d' % "
                          f"{pyexpr(ext, names)})")
     for n, (d, message, empty) in enumerate(_identityless_reductions(program)):
         g[f"_red_msg{n}"] = message
@@ -443,8 +444,11 @@ def _coerce(sig, pos, a):
     if arr.dtype == t.dtype:
         return arr if arr.dtype.isnative else arr.astype(t.dtype)
     if arr.dtype == object and arr.ndim == 0:       # not an array, nor a list of numbers
-        raise TypeError(f"tensor {t.name}: expected an array of {t.dtype}, got "
-                        f"{type(a).__name__} {_short_repr(a)} (numpy cannot read it as one)")
+        try:
+            arr.astype(t.dtype)
+        except (TypeError, ValueError):
+            raise TypeError(f"tensor {t.name}: expected an array of {t.dtype}, got "
+                            f"{type(a).__name__} {_short_repr(a)}") from None
     if not isinstance(a, (np.ndarray, np.generic)) and arr.dtype.kind in _KIND_RANK \
             and t.dtype.kind in _KIND_RANK \
             and (arr.size == 0 or _KIND_RANK[arr.dtype.kind] <= _KIND_RANK[t.dtype.kind]):
@@ -508,7 +512,7 @@ def _identityless_reductions(program):
         red = d.reduction
         if red is None or COMBINERS[red.combiner].has_identity or not red.strict:
             continue
-        over = ", ".join(f"{x.name} (extent {d.extents[x]})" for x in red.over)
+        over = ", ".join(f"{x.name} (extent {format_size(d.extents[x])})" for x in red.over)
         message = (f"zero-size array to reduction operation {COMBINERS[red.combiner].numpy} "
                    f"which has no identity: {d.name} reduces over {over}, which is empty")
         out.append((d, message, [d.extents[x] for x in red.over]))
@@ -538,7 +542,8 @@ def _prepare_out(sig, out, shapes, inputs):
     outs = tuple(out) if several else (out,)
     if len(outs) != len(shapes):
         kind = "a tuple of " if len(shapes) > 1 and not isinstance(out, (tuple, list)) else ""
-        raise ValueError(f"out= needs {kind}{len(shapes)} arrays, got {len(outs)}")
+        raise ValueError(f"out= needs {kind}{len(shapes)} array"
+                         f"{'s' if len(shapes) > 1 else ''}, got {len(outs)}")
     outs = tuple(np.empty(shape, d.dtype) if o is None else o
                  for o, shape, d in zip(outs, shapes, sig.program.outputs))
     targets, finish = [], []

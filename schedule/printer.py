@@ -129,9 +129,18 @@ def _emit_all(nodes, names, ind, lines):
         k = end
 
 
+_PART_RULES = {"split_k": "the parts of a split reduction",
+               "split_k_stream": "the parts of a split reduction",
+               "threads": "the parts the threads share the column blocks in"}
+
+
 def _emit(node, names, ind, lines):
     pad = "  " * ind
     if isinstance(node, Kernel):
+        for p in node.params:       # AutoParts: named in the nest, chosen by no one visible
+            if getattr(p, "rule", None) in _PART_RULES:
+                lines.append(f"{pad}# {p.name}: {_PART_RULES[p.rule]}, chosen at each call "
+                             "from the sizes and the thread count")
         _emit_all(node.body, names, ind, lines)
     elif isinstance(node, Stage):
         lines.append(f"{pad}# {node.definition.name}" + (f": {node.note}" if node.note else ""))

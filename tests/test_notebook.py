@@ -394,3 +394,15 @@ def test_a_definition_prints_as_written():
     data = pickle.dumps(mu)
     del Definition._live[mu.uid]            # as in another process: a new object
     assert repr(pickle.loads(data)) == repr(mu)
+
+
+def test_a_nest_says_what_its_call_time_part_counts_are():
+    """`C_column_parts` and `C_parts` appear in loop extents with no definition a user
+    wrote: the printed nest says what they are."""
+    A = tex.tensor("A", (M, N), "float32")
+    B = tex.tensor("B", (N, T), "float32")
+    C = tex.compute("C", (i, k), tex.sum(A[i, j] * B[j, k], over=j))
+    R = tex.compute("R", (i,), tex.max(C[i, k], over=k))
+    text = tex.compile(R).loop_nest
+    assert "# C_column_parts: the parts the threads share the column blocks in, chosen at " \
+           "each call" in text, text

@@ -74,20 +74,21 @@ def indices(names, extent=None):
 
 def param(name):
     """A call-time integer parameter (`split_k(k, parts=tex.param("P"))`)."""
-    if name == "out":
-        raise ValueError("parameter name 'out' is taken: compiled functions take out= for "
-                         "their results, so choose another name")
-    return Param(argument_name(name, "parameter"))
+    return Param(argument_name(name, "parameter", call_argument=True))
 
 
-def argument_name(name, what):
+def argument_name(name, what, call_argument=False):
     """`name`, if a compiled function can take it as a keyword argument: an identifier
-    and not a Python keyword (f(lambda=...) is not Python)."""
+    and not a Python keyword (f(lambda=...) is not Python); a `call_argument` (an input
+    tensor's, a parameter's) not `out` either, the results' keyword."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"{what} name {name!r} is not an identifier")
     if keyword.iskeyword(name):
         raise ValueError(f"{what} name {name!r} is a Python keyword: compiled functions take "
                          f"{what}s as keyword arguments, so choose another name")
+    if call_argument and name == "out":
+        raise ValueError(f"{what} name 'out' is taken: compiled functions take out= for "
+                         "their results, so choose another name")
     return name
 
 
@@ -397,10 +398,13 @@ class _SizePrinter(StrPrinter):
         return f"not {self.parenthesize(e.args[0], PRECEDENCE['Relational'])}"
 
     def _print_Min(self, e):
-        return f"min({', '.join(self._print(a) for a in e.args)})"
+        return self._builtin("min", e)
 
     def _print_Max(self, e):
-        return f"max({', '.join(self._print(a) for a in e.args)})"
+        return self._builtin("max", e)
+
+    def _builtin(self, name, e):
+        return f"{name}({', '.join(self._print(a) for a in e.args)})"
 
     printmethod = "_size_text"     # not `_sympystr`: CeilDiv's prints `ceiling(a/b)`
 

@@ -183,10 +183,7 @@ def _definition(uid, name, indices, expr, extents, written=None):
 def tensor(name, shape, dtype="float32"):
     """An input tensor: `A = tex.tensor("A", (M, K), "float32")`. Declaring it again with
     the same name, shape and dtype (a re-run notebook cell) gives the same tensor."""
-    if name == "out":
-        raise ValueError("tensor name 'out' is taken: compiled functions take out= for "
-                         "their results, so choose another name")
-    t = Tensor(name, shape, dtype)
+    t = Tensor(argument_name(name, "tensor", call_argument=True), shape, dtype)
     return _TENSORS.setdefault((t.name, t.shape, t.dtype), t)
 
 

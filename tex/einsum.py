@@ -606,7 +606,9 @@ def compile_program(program, sizes=None):
     """The compiler behind einsum's kernels (imported late: tex's modules do not import
     the backends at import time); `sizes`, the first call's (see runtime.compile)."""
     from .backends.llvm.runtime import compile
-    return compile(program, sizes=sizes)
+    f = compile(program, sizes=sizes)
+    f._layout_flags = None      # einsum lays its operands out itself (tex/layout.py)
+    return f
 
 
 def _check_out_and_order(entry, arrays, out, order):

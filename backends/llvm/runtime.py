@@ -11,6 +11,7 @@ misaligned views, error messages) lives in helpers that run only when needed.
 """
 import builtins
 import ctypes
+import functools
 import operator
 import os
 import re
@@ -24,6 +25,7 @@ from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import AutoParts
 from tex.indices import format_size
+from tex.layout import SMALL
 from tex.program import as_program
 
 from ...gcpause import paused
@@ -36,6 +38,7 @@ from .builds import Signature, _build
 from .parallel import MIDDLING_MIN_BYTES
 from .choices import call_values, not_taken, pyexpr
 from .display import compiled_html
+from .layouts import NOTHING, by_layout
 from .bounds import BOUNDS_LOOPS
 from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,  # noqa: F401
                     thread_parts)
@@ -114,6 +117,10 @@ def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
     f = compile_kernel(sched.program, sched.nests(), fast_math, name, bool(bounds_check),
                        casting, sizes)
+    # the default schedule's function gets layout variants (layouts.py); a user's runs as
+    # written
+    f._layout_flags = None if isinstance(target, Schedule) else \
+        (fast_math, name, bool(bounds_check), casting, fuse)
     # (the history as it is now: a deferred specialization's steps are read, running
     # its schedule, only when the function is pickled)
     f._rebuild_entries = (sched.source, sched.fast_math, tuple(sched._history), fast_math,
@@ -153,7 +160,7 @@ _LIVE = weakref.WeakValueDictionary()       # pickle token -> the function it st
 
 
 def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_check,
-             casting):
+             casting, layouts=None):
     """Unpickling a compiled function: replay its schedule and compile it (the kernel
     comes from the disk cache when it holds it), once per process and token."""
     f = _LIVE.get(token)
@@ -161,6 +168,7 @@ def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_c
         from ...scheduler.schedule import Schedule
         sched = Schedule(program, sched_fast_math).replay(history)
         f = compile(sched, fast_math, name, bounds_check, casting)
+        f._layout_flags = layouts
         f._token = token
         _LIVE[token] = f
     return f
@@ -190,6 +198,7 @@ class CompiledFunction:
         self._asm = None         # the assembly of llvm_ir, once f.asm is read
         self._full_ir = None     # llvm_ir with every nest, while some are not built
         self.input_names = tuple(t.name for t in program.inputs)
+        self._layout_variants = {}      # layouts.by_layout's compiled variants
         self.param_names = self._sig.param_names
         self._call = _make_caller(self._sig)
         from ...scheduler.target import missing_here, target
@@ -229,6 +238,7 @@ class CompiledFunction:
         return self._full_ir
 
     _rebuild_entries = None     # (program, its fast_math, history entries, compile flags)
+    _layout_flags = None        # the compile flags of its layout variants (layouts.py)
 
     @property
     def _rebuild(self):
@@ -238,7 +248,7 @@ class CompiledFunction:
             return None
         from ...scheduler.schedule import expand
         source, sched_fast_math, history, *flags = self._rebuild_entries
-        return (source, sched_fast_math, tuple(expand(history)), *flags)
+        return (source, sched_fast_math, tuple(expand(history)), *flags, self._layout_flags)
 
     @property
     def kernel(self):
@@ -389,6 +399,15 @@ def _make_caller(sig):
         g[f"_red_msg{n}"] = message
         cond_red = " or ".join(f"{pyexpr(e, names)} == 0" for e in empty)
         L.append(f"    if {cond_red}: raise ValueError(_red_msg{n})")
+    # an input laid out other than row-major: the variant for its layout (layouts.py)
+    strided = [f"({a}.nbytes >= {SMALL} and not {a}.flags.c_contiguous)"
+               for a, t in zip(argnames, inputs) if len(t.shape) >= 2]
+    if strided:
+        g["_by_layout"], g["_NOTHING"] = functools.partial(by_layout, compile), NOTHING
+        L.append(f"    if {' or '.join(strided)}:")
+        L.append(f"        _r = _by_layout(_sig, ({', '.join(argnames)},), "
+                 f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
+        L.append("        if _r is not _NOTHING: return _r")
     outs = []
     for n, o in enumerate(outputs):
         g[f"_odt{n}"] = o.dtype

@@ -1,0 +1,63 @@
+"""A compiled program's layout variants: the same program compiled for the layout of the
+arrays a call brings (scheduler/layouts.py says why), one per layout, on first need.
+
+The call path asks `by_layout` only when an input of rank 2 or more is at least
+tex/layout.SMALL bytes and not C-contiguous (two attribute reads a call otherwise).
+Only a function compiled with the default schedule has variants: a schedule the user
+wrote names loops for the layout it was written for, and runs as written. A variant
+is the auto schedule of the rewritten program, compiled as the function was (its
+flags), and called with each input transposed to its largest-stride-first order; an
+output that follows its inputs' layout comes back transposed, a view in that layout.
+"""
+import threading
+
+from tex.layout import axis_order
+
+from ...scheduler.layouts import permuted
+
+NOTHING = object()          # by_layout's answer when the call runs the function itself
+_lock = threading.Lock()
+
+
+def by_layout(compile, sig, arrays, params, out):
+    """The result of a call through the variant for its arrays' layout, or NOTHING.
+    `compile`: runtime.compile (passed in: this module is runtime's)."""
+    f = sig.owner()
+    flags = getattr(f, "_layout_flags", None)
+    if flags is None:
+        return NOTHING
+    orders = {pos: order for pos, a in enumerate(arrays) if (order := axis_order(a))}
+    if not orders:
+        return NOTHING
+    key = (tuple(sorted(orders.items())), out is None)
+    variant = f._layout_variants.get(key)
+    if variant is None:
+        with _lock:
+            variant = f._layout_variants.get(key)
+            if variant is None:
+                variant = f._layout_variants[key] = _variant(compile, f.program, orders,
+                                                             out is None, flags)
+    g, out_orders = variant
+    moved = [a.transpose(orders[pos]) if pos in orders else a for pos, a in enumerate(arrays)]
+    result = g(*moved, **params, out=out)
+    if not any(out_orders):
+        return result
+    results = result if isinstance(result, tuple) else (result,)
+    back = tuple(r if order is None else r.transpose(_inverse(order))
+                 for r, order in zip(results, out_orders))
+    return back if isinstance(result, tuple) else back[0]
+
+
+def _variant(compile, program, orders, outputs_follow, flags):
+    """(the compiled variant, the axis order of each of its outputs or None)."""
+    rewritten, out_orders = permuted(program, orders, outputs_follow)
+    g = compile(rewritten, *flags)
+    g._layout_flags = None              # its inputs come in the order it was made for
+    return g, out_orders
+
+
+def _inverse(order):
+    inverse = [0] * len(order)
+    for k, axis in enumerate(order):
+        inverse[axis] = k
+    return tuple(inverse)

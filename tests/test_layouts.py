@@ -4,6 +4,7 @@ arrays, runs the same program rewritten for their layout. Each case is checked a
 numpy, at sizes no tile divides; the arrays are above tex.layout.SMALL, where the
 variants start."""
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -219,3 +220,20 @@ def test_random_programs_in_any_layout(case):
     want = evaluate(out, values)[0]
     got = tex.compile(out)(*arrays)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-4)
+
+
+def test_a_variant_that_fails_to_compile_leaves_the_call_as_it_was(monkeypatch):
+    from tex.backends.llvm import layouts
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(layouts, "permuted", broken)
+    f = tex.compile(_elementwise())
+    a, b = _pair((300, 301))
+    with pytest.warns(RuntimeWarning, match="no variant for the layout.*injected"):
+        got = f(X=np.asfortranarray(a), Y=b)
+    np.testing.assert_allclose(got, a * b + 1, rtol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                 # once: no second warning
+        got = f(X=np.asfortranarray(a), Y=b)
+    np.testing.assert_allclose(got, a * b + 1, rtol=1e-6)

@@ -10,12 +10,14 @@ flags), and called with each input transposed to its largest-stride-first order;
 output that follows its inputs' layout comes back transposed, a view in that layout.
 """
 import threading
+import warnings
 
 from tex.layout import axis_order
 
 from ...scheduler.layouts import permuted
 
 NOTHING = object()          # by_layout's answer when the call runs the function itself
+FAILED = object()           # a layout whose variant did not compile (_variant)
 _lock = threading.Lock()
 
 
@@ -37,6 +39,8 @@ def by_layout(compile, sig, arrays, params, out):
             if variant is None:
                 variant = f._layout_variants[key] = _variant(compile, f.program, orders,
                                                              out is None, flags)
+    if variant is FAILED:
+        return NOTHING
     g, out_orders = variant
     moved = [a.transpose(orders[pos]) if pos in orders else a for pos, a in enumerate(arrays)]
     result = g(*moved, **params, out=out)
@@ -49,9 +53,17 @@ def by_layout(compile, sig, arrays, params, out):
 
 
 def _variant(compile, program, orders, outputs_follow, flags):
-    """(the compiled variant, the axis order of each of its outputs or None)."""
-    rewritten, out_orders = permuted(program, orders, outputs_follow)
-    g = compile(rewritten, *flags)
+    """(the compiled variant, the axis order of each of its outputs or None), or FAILED
+    with a warning: the calls of that layout then run the function as compiled, as they
+    did before variants (slower, never wrong)."""
+    try:
+        rewritten, out_orders = permuted(program, orders, outputs_follow)
+        g = compile(rewritten, *flags)
+    except Exception as err:        # noqa: BLE001 -- a variant is an optimization only
+        warnings.warn(f"tex: {program.signature()}: no variant for the layout of this "
+                      f"call's arrays ({type(err).__name__}: {err}); running the kernel "
+                      "compiled for row-major arrays", RuntimeWarning, stacklevel=4)
+        return FAILED
     g._layout_flags = None              # its inputs come in the order it was made for
     return g, out_orders
 

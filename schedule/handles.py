@@ -2,6 +2,7 @@
 method resolves its loop arguments, calls a pure primitive (schedule/primitives.py) for
 the new state, and commits it with its step record once the schedule has checked it
 (`Schedule._check`): a refused primitive changes nothing."""
+import re
 import threading
 from dataclasses import replace
 
@@ -123,6 +124,12 @@ class StageHandle:
         tex.indices object)."""
         return [LoopHandle(self, a.var) for a in self.state.axes]
 
+    def check_schedule(self, sched):
+        """Refuse this stage where a step of `sched` names it and it is another's."""
+        if self.sched is not sched:
+            raise ScheduleError(f"stage {self.name} belongs to another schedule: name it "
+                                f"in this one (s[{self.name.partition('#')[0]!r}])")
+
     def _var(self, prim, loop):
         """A loop argument -> this stage's loop variable (refusing other stages' loops)."""
         if isinstance(loop, LoopHandle):
@@ -191,7 +198,12 @@ class StageHandle:
         `layout="box"` keeps the tensor's dimensions, `layout="loops"` lays it out in the
         order the loops read it (BLIS's packed micro-panels, zero-padded)."""
         if isinstance(tensor, str):
-            tensor = self.sched.program.tensor(tensor)
+            try:
+                tensor = self.sched.program.tensor(tensor)
+            except KeyError:
+                names = ", ".join(sorted(t.name for t in self.sched.program.inputs))
+                raise ScheduleError(f"pack: in stage {self.name}, the program has no tensor "
+                                    f"{tensor!r} (its inputs: {names})") from None
         var = self._var("pack", at)
         state = P.pack(self.state, tensor, var, layout)
         self._apply(state, Pack(self.name, tensor.name, var.name, state.packs[-1][2].value))
@@ -200,8 +212,13 @@ class StageHandle:
         """Compute this definition inside loop `at` of `consumer`, only over the part the
         consumer reads below `at`, into a local buffer (never written to memory whole)."""
         sched = self.sched
+        if isinstance(consumer, StageHandle):
+            consumer.check_schedule(sched)
         cons = consumer if isinstance(consumer, StageHandle) else sched[consumer]
         d = self.definition
+        if cons.definition is d:
+            raise ScheduleError(f"compute_at: {d.name} cannot be computed inside itself; "
+                                "name the stage that reads it")
         if d in sched.program.outputs:
             raise ScheduleError(f"compute_at: {d.name} is an output of the program; it must be "
                                 "computed whole")
@@ -246,12 +263,19 @@ class StageHandle:
         when something first needs it (its state, its steps, its nest in a build;
         see Specialization) rather than now; `params`: the parameters it adds (AutoParts),
         which the kernel's signature needs before."""
-        cond = sp.sympify(condition)
-        if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
-            raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
-                                "condition on sizes (a relation such as M >= 64)")
         known = set(self.sched.program.sizes) | set(self.sched.program.params) | {
             x for st in self.sched.stages for x in st.params() if isinstance(x, Param)}
+        # a string reads the program's own names ("N >= 64": sympy alone reads N as its
+        # numeric-evaluation function)
+        cond = sp.sympify(condition, locals={str(x): x for x in known}) \
+            if isinstance(condition, str) else sp.sympify(condition)
+        if cond is sp.true or cond is sp.false:
+            raise ScheduleError(f"specialize: in stage {self.name}, the condition is always "
+                                f"{'true' if cond is sp.true else 'false'} (sizes are "
+                                "integers of at least 0): there is nothing to specialize on")
+        if not isinstance(cond, sp.logic.boolalg.Boolean):
+            raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
+                                "condition on sizes (a relation such as M >= 64)")
         unknown = [str(x) for x in cond.free_symbols if x not in known]
         if unknown:
             raise ScheduleError(f"specialize: in stage {self.name}, the condition {cond} uses "
@@ -319,13 +343,25 @@ class StageHandle:
 
     def tile(self, *loops_and_factors, tail="peel"):
         """`tile(i, 64, j, 64)`: split each, then order the outer loops before the inner."""
+        if len(loops_and_factors) % 2 or not loops_and_factors:
+            raise ScheduleError(f"tile: in stage {self.name}, loops and factors come in "
+                                "pairs, tile(i, 64, j, 64)"
+                                + (f": {loops_and_factors[-1]!r} has no factor"
+                                   if loops_and_factors else ""))
         pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
+        # all or nothing: a refused pair undoes the splits made before it
+        state, steps = self.state, len(self.sched._history)
         outs, ins = [], []
-        for loop, factor in pairs:
-            o, i = self.split(loop, factor, tail)
-            outs.append(o)
-            ins.append(i)
-        self.reorder(*outs, *ins)
+        try:
+            for loop, factor in pairs:
+                o, i = self.split(loop, factor, tail)
+                outs.append(o)
+                ins.append(i)
+            self.reorder(*outs, *ins)
+        except ScheduleError as err:
+            self._store(state)
+            del self.sched._history[steps:]
+            raise ScheduleError("tile: " + re.sub(r"^\w+: ", "", str(err))) from None
         return tuple(outs + ins)
 
     def reorder(self, *loops):

@@ -75,6 +75,10 @@ def split(state, var, factor, tail=Tail.PEEL):
         _fail("split", state, f"loop {axis.name} holds private partial results; split it "
               "before privatize")
     _check_not_anchor("split", state, axis)
+    if isinstance(factor, Param):
+        _fail("split", state, f"loop {axis.name}: a split's factor is fixed when compiled, "
+              f"not a parameter ({factor}); split_parts (or split_k, for a reduction) "
+              "splits a loop into a number of parts given at each call")
     if isinstance(factor, bool) or not isinstance(factor, int):
         _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
     if factor < 1:
@@ -115,7 +119,8 @@ def reorder(state, vars_):
     """
     axes = [_require("reorder", state, v) for v in vars_]
     if len({id(a) for a in axes}) != len(axes):
-        _fail("reorder", state, "a loop appears twice")
+        twice = next(a.name for n, a in enumerate(axes) if any(b is a for b in axes[:n]))
+        _fail("reorder", state, f"loop {twice} appears twice")
     slots = [n for n, a in enumerate(state.axes) if a in axes]
     new = list(state.axes)
     for slot, a in zip(slots, axes):
@@ -150,6 +155,9 @@ def _check_extents(prim, state, axes):
         seen.add(a.var)
 
 
+MAX_UNROLL = 256        # iterations an unrolled loop may have
+
+
 def set_kind(state, var, kind, tail="peel"):
     """parallel / vectorize / unroll a loop, with each kind's legality rule. A vector
     loop's `tail` is "peel" (a scalar remainder loop) or "mask" (masked vector lanes)."""
@@ -160,11 +168,16 @@ def set_kind(state, var, kind, tail="peel"):
     if kind is LoopKind.PARALLEL and axis.reduction and axis.var is not state.private:
         _fail(prim, state, f"loop {axis.name} is a reduction loop: threads would race on the "
               "accumulator; use split_k to split a reduction across threads")
-    if kind is LoopKind.UNROLLED and not upper_bound(
-            axis.extent, {a.var for a in state.axes}).is_Integer:
-        _fail(prim, state, f"loop {axis.name} runs {format_size(axis.extent)} times, not "
-              "a constant number of times (LLVM would leave it rolled): split it by a "
-              "constant factor and unroll the inner loop")
+    if kind is LoopKind.UNROLLED:
+        bound = upper_bound(axis.extent, {a.var for a in state.axes})
+        if not bound.is_Integer:
+            _fail(prim, state, f"loop {axis.name} runs {format_size(axis.extent)} times, not "
+                  "a constant number of times (LLVM would leave it rolled): split it by a "
+                  "constant factor and unroll the inner loop")
+        if bound > MAX_UNROLL:
+            _fail(prim, state, f"loop {axis.name} runs up to {bound} times: unrolled whole, "
+                  f"more than {MAX_UNROLL} copies of its body cost more in code than they "
+                  "save (LLVM leaves it rolled); split it and unroll the inner loop")
     if kind is LoopKind.VECTOR:
         if axis is not state.axes[-1]:
             _fail(prim, state, f"loop {axis.name} is not the innermost loop")
@@ -225,8 +238,9 @@ def split_k(state, var, parts):
     """
     axis = _require("split_k", state, var)
     if not axis.reduction:
-        _fail("split_k", state, f"loop {axis.name} is not a reduction loop (it is parallel "
-              "already: split_k splits a reduction across threads)")
+        _fail("split_k", state, f"loop {axis.name} is not a reduction loop: split_k splits "
+              "a reduction's loop across threads (an output loop is shared among them by "
+              "parallel)")
     _check_reassociation("split_k", state, axis)
     state, outer, inner = _into_parts("split_k", state, axis, parts, outermost=True)
     return privatize(state, outer), outer, inner

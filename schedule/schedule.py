@@ -15,7 +15,7 @@ import sympy as sp
 
 from tex.errors import ScheduleError
 from tex.expr import AutoParts, Param
-from tex.program import as_program
+from tex.program import as_program, check_fast_math
 
 from .display import schedule_html
 from .handles import Deferred, StageHandle
@@ -75,6 +75,8 @@ class Schedule:
         return self
 
     def __getitem__(self, defn):
+        if isinstance(defn, StageHandle):
+            defn.check_schedule(self)
         if isinstance(defn, str) and "#" in defn:          # a specialization: "C#1"
             base, _, number = defn.partition("#")
             specs = self[base].specializations
@@ -300,7 +302,10 @@ class Schedule:
             names = ", ".join(t.name for t in producers) or "none"
             raise ScheduleError(f"fuse: {cons.name} must read exactly one definition to fuse "
                                 f"with (it reads: {names})")
-        self[producers[0]].compute_at(cons, at)
+        try:
+            self[producers[0]].compute_at(cons, at)
+        except ScheduleError as err:            # said as the user asked it
+            raise ScheduleError("fuse: " + str(err).removeprefix("compute_at: ")) from None
         return self
 
     def auto(self, fuse=True):
@@ -431,6 +436,7 @@ def _replayed(program, fast_math, history):
 
 def schedule(out, fast_math=True):
     """`tex.schedule(out)`: a schedule over the whole DAG that `out` reads."""
+    check_fast_math(fast_math, "tex.schedule")
     return Schedule(out, fast_math)
 
 

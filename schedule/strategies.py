@@ -31,6 +31,10 @@ def reduction_strategy(state, name, tail="peel", accumulators=None):
     if name not in STRATEGIES:
         raise ScheduleError(f"reduction_strategy: {name!r} is not one of "
                             f"{', '.join(map(repr, STRATEGIES))}")
+    tails = ("peel", "mask")
+    if tail not in tails:
+        raise ScheduleError(f"reduction_strategy: tail={tail!r} is not one of "
+                            f"{', '.join(map(repr, tails))}")
     width, default_accumulators = _lanes_and_accumulators(d)
     steps = []
 

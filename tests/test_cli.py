@@ -145,3 +145,12 @@ def test_bench_for_another_cpu_measures_its_code(run, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tex", "bench", "--cpu", "pentium42"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--cpu pentium42" in proc.stderr and "haswell" in proc.stderr
+
+
+def test_counts_and_budgets_must_be_positive():
+    for argv in (["bench", "--repeat", "0"], ["einsum", "ij->i", "4x4", "--repeat", "-1"],
+                 ["tune", "ij->i", "4x4", "--budget", "nan"]):
+        proc = subprocess.run([sys.executable, "-m", "tex", *argv], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 2 and "must be above 0" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr

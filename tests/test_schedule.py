@@ -565,3 +565,76 @@ def test_split_partials_with_no_parts_still_write_the_identity():
     f(np.ones((5, 0), np.float32), out=out)
     np.testing.assert_array_equal(out, np.zeros(5, np.float32))
     np.testing.assert_allclose(f(np.ones((5, 3), np.float32)), np.full(5, 3.0))
+
+
+# ---------------------------------------------------------------- a user's mistakes
+
+def _matmul_and_consumers():
+    i, j, k = tex.indices("i j k")
+    A, B = tex.tensor("A", (M, K)), tex.tensor("B", (K, N))
+    C = tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))
+    D = tex.compute("D", (i, j), tex.relu(C[i, j]) + 1)
+    E = tex.compute("E", (i,), tex.sum(D[i, j], over=j))
+    return (i, j, k), C, D, E
+
+
+def test_a_stage_of_another_schedule_is_refused_and_changes_neither():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s1, s2 = tex.schedule(E), tex.schedule(E)
+    with pytest.raises(tex.ScheduleError, match="belongs to another schedule"):
+        s1[D].compute_at(s2[E], i)
+    with pytest.raises(tex.ScheduleError, match="belongs to another schedule"):
+        s1.fuse(s2[D])
+    assert s1.history == [] and s2.history == []
+    s1[D].compute_at(s1[E], i)                    # its own: as before
+    a = np.random.default_rng(1).random((7, 5), np.float32)
+    b = np.random.default_rng(2).random((5, 3), np.float32)
+    np.testing.assert_allclose(tex.compile(s1)(a, b), (np.maximum(a @ b, 0) + 1).sum(1),
+                               rtol=1e-5)
+
+
+def test_a_second_output_is_not_taken_for_fast_math():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    for call in (lambda: tex.schedule(D, E), lambda: tex.compile(D, E)):
+        with pytest.raises(TypeError, match=r"several outputs go in one tuple: .*\(\(\.\.\., E\)\)"):
+            call()
+    assert tex.schedule(D, False).fast_math is False
+
+
+def test_messages_of_schedule_steps_name_what_the_user_wrote():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(C)
+    cases = [
+        (lambda: s[C].pack("Q", at=i), "no tensor 'Q' \\(its inputs: A, B\\)"),
+        (lambda: s[C].specialize(M >= 0), "always true"),
+        (lambda: s[C].split_k(i, 4), "loop i is not a reduction loop: split_k splits"),
+        (lambda: s[C].reduction_strategy("inner_reduction", tail="guard"),
+         "^reduction_strategy: tail='guard'"),
+        (lambda: s[C].compute_at(s[C], i), "cannot be computed inside itself"),
+        (lambda: s[C].reorder(i, i, j), "loop i appears twice"),
+        (lambda: s[C].split(i, tex.param("P")), "split_parts"),
+        (lambda: s[C].tile(i, 8, j), "^tile: .*j has no factor"),
+        (lambda: s[C].tile(i, 8, j, 0), "^tile: in stage C, loop j: factor must be >= 1"),
+    ]
+    for call, message in cases:
+        with pytest.raises(tex.ScheduleError, match=message):
+            call()
+    assert s.history == []                   # a refused tile undid its first split too
+    s[C].specialize("N >= 64")               # a string reads the program's sizes
+    assert str(s[C].specializations[0].condition) == "N >= 64"
+    s2 = tex.schedule(E)
+    with pytest.raises(tex.ScheduleError, match="^fuse: "):
+        s2.fuse(E, at=k)
+
+
+def test_unrolling_thousands_of_iterations_is_refused():
+    i = tex.indices("i")
+    X = tex.tensor("X", (4096,))
+    Y = tex.compute("Y", (i,), X[i] * 2)
+    s = tex.schedule(Y)
+    with pytest.raises(tex.ScheduleError, match="runs up to 4096 times"):
+        s[Y].unroll(i)
+    _, ii = s[Y].split(i, 8)
+    s[Y].unroll(ii)
+    x = np.arange(4096, dtype=np.float32)
+    np.testing.assert_array_equal(tex.compile(s)(x), x * 2)

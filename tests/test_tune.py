@@ -171,3 +171,27 @@ def test_the_progress_bar_is_text_in_a_kernel_without_widgets(monkeypatch):
     assert tuner._bar_class() is text_bar
     widgets.append(True)
     assert tuner._bar_class() is widget_bar
+
+
+def test_bad_budgets_sizes_and_shapes_are_refused_before_any_worker_starts():
+    C, a, b = _program()
+    for budget in (0, -1, float("nan"), float("inf"), "10", True):
+        with pytest.raises(ValueError, match="budget must be a positive number"):
+            tex.tune(C, A=a, B=b, budget=budget)
+    with pytest.raises(tex.ShapeError, match="tensor B, dimension 0: expected K = 63, got 5"):
+        tex.tune(C, A=a, B=b[:5], budget=1)
+    with pytest.raises(tex.ShapeError, match="tensor A has rank 2"):
+        tex.tune(C, A=a[0], B=b, budget=1)
+    with pytest.raises(ValueError, match="size M is 0"):
+        tex.tune(C, A=a[:0], B=b, budget=1)
+
+
+def test_a_short_tuning_does_not_stand_in_for_a_longer_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEX_CACHE_DIR", str(tmp_path))
+    C, a, b = _program()
+    first = tex.tune(C, A=a, B=b, budget=0.5, progress=False, max_candidates=2)
+    assert not first.tuning.from_database
+    again = tex.tune(C, A=a, B=b, budget=0.5, progress=False)
+    assert again.tuning.from_database and "from the tuning database" in str(again.tuning)
+    longer = tex.tune(C, A=a, B=b, budget=4, progress=False, max_candidates=3)
+    assert not longer.tuning.from_database          # searched again

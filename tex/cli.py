@@ -32,6 +32,20 @@ def main(argv=None):
     return args.command(args, argv)
 
 
+def _positive(kind):
+    """An argparse type: a number of `kind` above 0 (a usage error otherwise)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0 or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"must be above 0: {text}")
+        return value
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def _einsum_operands(parser, shapes_help):
     """The arguments the einsum and tune commands share: subscripts, shapes, dtype."""
     parser.add_argument("subscripts", help='numpy.einsum subscripts, e.g. "ik,kj->ij"')
@@ -87,14 +101,15 @@ def _parser():
                                       "time it against numpy (einsum optimize=True, @)")
     _einsum_operands(e, 'one per operand, e.g. 512x256; "" or "scalar" for a 0-d operand')
     e.add_argument("--show", action="store_true", help="also print the LLVM IR")
-    e.add_argument("--repeat", type=int, default=7, help="interleaved rounds (default 7)")
+    e.add_argument("--repeat", type=_positive(int), default=7,
+                   help="interleaved rounds (default 7)")
     _target_options(e)
     e.set_defaults(command=einsum_command)
 
     t = sub.add_parser("tune", help="search the schedule of one einsum (tex.tune) and record "
                                     "it in the tuning database that tex.compile reads")
     _einsum_operands(t, "one per operand, e.g. 2048x16")
-    t.add_argument("--budget", type=float, default=60, help="seconds (default 60)")
+    t.add_argument("--budget", type=_positive(float), default=60, help="seconds (default 60)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--retune", action="store_true", help="search even if the database knows it")
     t.set_defaults(command=lambda args, argv: tune_command(args))
@@ -102,7 +117,7 @@ def _parser():
     b = sub.add_parser("bench", help="the benchmark suite, ratios against numpy in one run")
     b.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     b.add_argument("--filter", metavar="SUBSTR", help="only workloads whose name contains it")
-    b.add_argument("--repeat", type=int, default=7,
+    b.add_argument("--repeat", type=_positive(int), default=7,
                    help="interleaved rounds or fresh processes per workload (default 7)")
     b.add_argument("--threads", type=int, metavar="N",
                    help="threads for tex and numpy's BLAS (TEX_NUM_THREADS, OPENBLAS_NUM_THREADS)")
@@ -300,11 +315,18 @@ def tune_command(args):
     except (ValueError, TypeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    s = tex.tune(program, *arrays, budget=args.budget, seed=args.seed, retune=args.retune)
+    try:
+        s = tex.tune(program, *arrays, budget=args.budget, seed=args.seed,
+                     retune=args.retune)
+    except ValueError as err:           # (a size of 0, a budget not positive)
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(s.tuning)
     print(s)
     tuned, auto = tex.compile(s), tex.compile(tex.schedule(program).auto())
-    bench.check_close(tuned(*arrays), np.einsum(args.subscripts, *arrays))
+    want = np.einsum(args.subscripts, *arrays)
+    bench.check_close(tuned(*arrays), want)     # (each called once before it is timed:
+    bench.check_close(auto(*arrays), want)      # a first call builds its nests)
     tuned_s, auto_s = bench.interleave(lambda: tuned(*arrays), lambda: auto(*arrays), 7)
     _, numpy_s = bench.interleave(lambda: tuned(*arrays), partial(
         np.einsum, args.subscripts, *arrays, optimize=True), 7)

@@ -4,6 +4,7 @@ Nodes are tensors (inputs and definitions); an edge t -> d means definition d re
 The program fixes the calling convention of a compiled kernel: inputs in order of first
 use, the sizes bound from their shapes, the call-time parameters, and the outputs.
 """
+import numpy as np
 import sympy as sp
 
 from . import dag
@@ -145,6 +146,17 @@ class Program:
 
 def as_program(outputs):
     return outputs if isinstance(outputs, Program) else Program(outputs)
+
+
+def check_fast_math(value, caller):
+    """`fast_math` must be a bool: `tex.compile(D, E)` took E for it and dropped it."""
+    if isinstance(value, (int, np.bool_, np.integer)):      # (True, False, 1, 0)
+        return
+    if isinstance(value, Tensor):
+        raise TypeError(f"{caller}: its second argument is fast_math, not a definition "
+                        f"({value.name}); several outputs go in one tuple: "
+                        f"{caller}((..., {value.name}))")
+    raise TypeError(f"{caller}: fast_math must be True or False, not {value!r}")
 
 
 __all__ = ["Program", "Tensor", "as_program"]

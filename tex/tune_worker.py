@@ -14,6 +14,7 @@ TEX_TUNE_ABORT=<index> makes the candidate of that index abort the process (os.a
 on its first run, TEX_TUNE_HANG=<index> sleep for ever: injected faults, for tests.
 """
 import os
+import signal
 import sys
 import time
 
@@ -106,6 +107,9 @@ def _warm_up():
 def main():
     import resource
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a crashing candidate: no core file
+    # a Ctrl-C in a terminal or notebook reaches the whole process group: the tuning
+    # (the parent) stops and ends this process; a traceback from here would only add noise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                           # print() and C output: to stderr
     requests = sys.stdin.buffer

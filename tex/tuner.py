@@ -18,6 +18,7 @@
    measurements found slower than the auto schedule. It is saved in the database,
    where `tex.compile(C)` finds it in any later process.
 """
+import math
 import pickle
 import queue
 import struct
@@ -63,10 +64,17 @@ class TuneReport:
                               if self.candidates else None)
 
     def __str__(self):
+        head = f"tuned {self.stage} ({tunedb.class_name(self.size_class)}): "
+        best = "the auto schedule" if self.best == 0 else f"#{self.best}"
+        if self.from_database:
+            return (head + f"from the tuning database (measured when it was tuned): best "
+                    f"{'the auto schedule' if self.best == 0 else 'a tuned plan'} "
+                    f"{_ms(self.best_time)} against auto {_ms(self.auto_time)}")
         done = sum(1 for _, st, _ in self.candidates if st == "ok")
-        return (f"tuned {self.stage} ({tunedb.class_name(self.size_class)}): "
-                f"{len(self.candidates)} candidates ({done} timed) in {self.elapsed:.1f} s; "
-                f"best #{self.best} {_ms(self.best_time)} against auto {_ms(self.auto_time)}")
+        count = len(self.candidates)
+        return (head + f"{count} candidate{'s' * (count != 1)} ({done} timed) in "
+                f"{self.elapsed:.1f} s; best {best} {_ms(self.best_time)} against auto "
+                f"{_ms(self.auto_time)}")
 
 
 def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candidates=None,
@@ -86,16 +94,27 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candida
     `retune=True` searches again even when the database has an answer;
     `max_candidates` stops the search after that many (the auto schedule included);
     `progress=False` hides the progress bar."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, float, np.integer,
+                                                           np.floating)) or \
+            not math.isfinite(budget) or budget <= 0:
+        raise ValueError(f"tex.tune: budget must be a positive number of seconds, not "
+                         f"{budget!r}")
     program = as_program(out)
     arrays = _bind(program, args, arrays)
     sizes = {str(s): arrays[program.inputs[pos].name].shape[axis]
              for s, (pos, axis) in program.size_bindings().items()}
+    empty = [name for name, n in sizes.items() if n == 0]
+    if empty:
+        raise ValueError(f"tex.tune: size {empty[0]} is 0 here: an empty result has "
+                         "nothing to tune; tune with the sizes of real calls")
     cls = size_class(sizes)
     folder = _cache_dir()
     start = time.monotonic()
     threads = _threads()
     if not retune:
         for e in tunedb.lookup(folder, program, fast_math, fuse, cls, threads=threads):
+            if not e.get("exhausted") and e.get("budget", budget) < budget:
+                break           # a shorter search than this one asks for: search again
             s = _schedule(program, e["stage"], cls, e["plan"], fast_math, fuse)
             s.tuning = TuneReport(e["stage"], cls, [(None, "ok", e.get("auto_time")),
                                                     (e["plan"], "ok", e.get("time"))],
@@ -115,6 +134,7 @@ def tune(out, *args, budget=60, seed=0, progress=True, retune=False, max_candida
     tunedb.save(folder, program, fast_math, fuse, cls, {
         "stage": stage, "plan": plan, "time": report.best_time, "auto_time": report.auto_time,
         "threads": threads, "measured": len(report.candidates), "budget": budget,
+        "exhausted": max_candidates is None and len(report.candidates) >= len(cands),
         "seed": seed}, threads)
     s = _schedule(program, stage, cls, plan, fast_math, fuse)
     s.tuning = report
@@ -360,7 +380,30 @@ def _bind(program, args, arrays):
     if missing:
         raise TypeError(f"tex.tune: missing inputs {', '.join(missing)} (arrays of the "
                         "sizes to tune for)")
-    return {t.name: np.asarray(bound[t.name], dtype=t.dtype) for t in program.inputs}
+    bound = {t.name: np.asarray(bound[t.name], dtype=t.dtype) for t in program.inputs}
+    _check_shapes(program, bound)
+    return bound
+
+
+def _check_shapes(program, arrays):
+    """The arrays' ranks and sizes agree with the program (checked here, where the
+    message reaches the user, not in the worker process)."""
+    from sympy import sympify
+
+    from .errors import ShapeError
+    from .indices import format_size
+    for t in program.inputs:
+        if arrays[t.name].ndim != t.ndim:
+            raise ShapeError(f"tex.tune: tensor {t.name} has rank {t.ndim}, got an array "
+                             f"of shape {arrays[t.name].shape}")
+    values = {s: arrays[program.inputs[pos].name].shape[axis]
+              for s, (pos, axis) in program.size_bindings().items()}
+    for t in program.inputs:
+        for axis, d in enumerate(t.shape):
+            want, got = sympify(d.xreplace(values)), arrays[t.name].shape[axis]
+            if want.is_Integer and int(want) != got:
+                raise ShapeError(f"tex.tune: tensor {t.name}, dimension {axis}: expected "
+                                 f"{format_size(d)} = {int(want)}, got {got}")
 
 
 def _threads():

@@ -26,7 +26,7 @@ from tex.errors import ShapeError
 from tex.expr import AutoParts
 from tex.indices import format_size
 from tex.layout import SMALL
-from tex.program import as_program
+from tex.program import as_program, check_fast_math
 
 from ...gcpause import paused
 from ...scheduler.nests import Nests
@@ -94,6 +94,7 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     has 13 nests) builds at first only what its first call runs: the nests of the sizes
     in `sizes` ({size: value}) when given, else those of the first call; `sizes="every"`
     builds every nest now (f.loop_nest and f.llvm_ir show them all in any case)."""
+    check_fast_math(fast_math, "tex.compile")
     if casting not in _CASTINGS:
         raise ValueError(f"casting must be one of {', '.join(map(repr, _CASTINGS))}, "
                          f"not {casting!r}")

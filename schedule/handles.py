@@ -4,6 +4,7 @@ the new state, and commits it with its step record once the schedule has checked
 (`Schedule._check`): a refused primitive changes nothing."""
 import re
 import threading
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -113,6 +114,17 @@ class StageHandle:
         self._store(state)
         for step in steps:
             self._record(step)
+        if self.specializations and not sched._in_auto and not self._told_general:
+            self._told_general = True
+            names = ", ".join(f"s[{sp_.name!r}]" for sp_ in self.specializations[:3])
+            more = ", ..." if len(self.specializations) > 3 else ""
+            warnings.warn(f"stage {self.name} has {len(self.specializations)} "
+                          f"specialized nest{'s' * (len(self.specializations) > 1)} "
+                          f"({names}{more}; print(s) shows their conditions): this step "
+                          f"changes only its general nest, which calls run when no "
+                          "specialization's condition holds", UserWarning, stacklevel=3)
+
+    _told_general = False       # the warning above, once a stage
 
     def _record(self, step):
         self.sched._record(step)
@@ -269,11 +281,11 @@ class StageHandle:
         # numeric-evaluation function)
         cond = sp.sympify(condition, locals={str(x): x for x in known}) \
             if isinstance(condition, str) else sp.sympify(condition)
-        if cond is sp.true or cond is sp.false:
+        if (cond is sp.true or cond is sp.false) and not isinstance(condition, bool):
             raise ScheduleError(f"specialize: in stage {self.name}, the condition is always "
                                 f"{'true' if cond is sp.true else 'false'} (sizes are "
                                 "integers of at least 0): there is nothing to specialize on")
-        if not isinstance(cond, sp.logic.boolalg.Boolean):
+        if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
             raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
                                 "condition on sizes (a relation such as M >= 64)")
         unknown = [str(x) for x in cond.free_symbols if x not in known]

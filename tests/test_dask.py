@@ -270,3 +270,20 @@ def test_the_dask_einsum_example_runs_on_this_cluster(client):
     assert "tex.einsum over dask arrays: dask.array<" in run.stdout
     assert "int8 row sums of 4 MiB: tex " in run.stdout
     assert "dask_einsum: all results match numpy" in run.stdout
+
+
+def test_chunks_a_graph_cannot_be_built_on_are_refused_by_name():
+    x = np.random.default_rng(5).random((20, 20)).astype(np.float32)
+    d = da.from_array(x, chunks=(10, 7))
+    with pytest.raises(ValueError, match="label i is repeated in operand 0.*rechunk"):
+        tex.einsum("ii->i", d)
+    np.testing.assert_allclose(tex.einsum("ii->i", d.rechunk(10)).compute(scheduler="sync"),
+                               np.diagonal(x))
+    masked = d[d[:, 0] > 0.5]                       # boolean indexing: chunks unknown
+    with pytest.raises(ValueError, match="operand 0 has chunks of unknown size"):
+        tex.einsum("ij->i", masked)
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", tex.sizes("M N"))
+    f = tex.compile(tex.compute("R", (i,), tex.sum(X[i, j], over=j)))
+    with pytest.raises(ValueError, match="input X has chunks of unknown size"):
+        f(masked)

@@ -411,7 +411,8 @@ def test_more_refusals_name_the_loop():
         s2[F].split_k(s2[F].loops[0], 2)
     Rm = PROGRAMS["gemm_rowmax"]
     s3 = tex.schedule(Rm)
-    with pytest.raises(tex.ScheduleError, match="compute_at: Rm is an output"):
+    with pytest.raises(tex.ScheduleError, match="compute_at: Rm cannot be computed inside "
+                                                "itself"):
         s3[Rm].compute_at(s3[Rm], s3[Rm].loops[0])
 
 
@@ -638,3 +639,16 @@ def test_unrolling_thousands_of_iterations_is_refused():
     s[Y].unroll(ii)
     x = np.arange(4096, dtype=np.float32)
     np.testing.assert_array_equal(tex.compile(s)(x), x * 2)
+
+
+def test_a_step_after_the_auto_schedule_says_it_changes_only_the_general_nest():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(C)
+    s.auto()
+    with pytest.warns(UserWarning, match=r"stage C has \d+ specialized nests .*only its "
+                                         "general nest"):
+        s[C].split(i, 4)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s[C].split(j, 4)                 # once a stage

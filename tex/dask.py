@@ -105,6 +105,7 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     inputs, output, ops = parse_einsum_input((subscripts,) + tuple(operands))
     terms = inputs.split(",")
     explicit = f"{inputs}->{output}"
+    _check_einsum_chunks(ops, terms)
     # numpy's semantics and refusals (dtype=, casting=, sizes) from tex's own program
     spec = [(o.shape, o.dtype) for o in ops]
     result = tex.einsum_program(explicit, *spec, dtype=dtype, casting=casting).outputs[0].dtype
@@ -136,6 +137,29 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     return da.reduction(partial, _keep, merge, axis=axes, dtype=result, combine=merge,
                         split_every=split_every, concatenate=True, name="tex-einsum-sum",
                         meta=np.empty((0,) * len(output), result))
+
+
+def _check_known_chunks(a, what):
+    if any(c != c for sizes in a.chunks for c in sizes):        # NaN: a size not known
+        raise ValueError(f"{what} has chunks of unknown size (as after boolean indexing); "
+                         "x.compute_chunk_sizes() finds them")
+
+
+def _check_einsum_chunks(ops, terms):
+    """Chunks a graph can be built on: known sizes, and a label repeated within one
+    operand (a diagonal, `ii->i`) chunked alike on its axes (dask's blockwise aligns
+    chunks across operands, not within one)."""
+    for n, (op, term) in enumerate(zip(ops, terms)):
+        _check_known_chunks(op, f"tex.einsum: operand {n}")
+        for label in set(term):
+            axes = [axis for axis, c in enumerate(term) if c == label]
+            chunks = {op.chunks[axis] for axis in axes}
+            if len(chunks) > 1:
+                raise ValueError(
+                    f"tex.einsum: label {label} is repeated in operand {n}, whose axes "
+                    f"{', '.join(map(str, axes))} are chunked differently "
+                    f"({'; '.join(map(str, (op.chunks[a] for a in axes)))}): rechunk them "
+                    f"alike, e.g. x.rechunk({op.chunks[axes[0]][0]})")
 
 
 def _label_chunks(ops, terms, label):
@@ -272,6 +296,8 @@ def call_compiled(f, args, params, out):
             f"{f.symbol}: a program with {len(program.outputs)} outputs over dask arrays; "
             "compile each output on its own")
     arrays = [da.asarray(a) for a in args]
+    for t, a in zip(program.inputs, arrays):
+        _check_known_chunks(a, f"{f.symbol}: input {t.name}")
     plan = _plan(program, arrays)
     payload = pickle.dumps(f)
     params = {k: v for k, v in params.items() if v is not None}

@@ -18,6 +18,8 @@ compiled program is rewritten here the same way, for the call path's layout vari
   follows is handed back transposed, a view in its inputs' layout, as numpy's ufuncs
   (order='K') hand back theirs.
 """
+from sympy import sympify
+
 from tex.expr import Access, Index, rebuild, walk, with_children
 from tex.program import Program
 from tex.tensor import Definition, Tensor
@@ -52,6 +54,37 @@ def permuted(program, orders, outputs_follow=True):
     inputs = tuple(moved.get(t, (t,))[0] for t in program.inputs)
     rewritten = Program(outputs, program._extra_params, inputs=inputs)
     return rewritten, tuple(moved[o][1] for o in program.outputs)
+
+
+def movable_inputs(program):
+    """The positions of the inputs a layout variant may permute: all but the side of a
+    product whose elements the register tile broadcasts (`_broadcast_side`)."""
+    return frozenset(pos for pos, t in enumerate(program.inputs)
+                     if not any(_broadcast_side(d, t) for d in program.definitions))
+
+
+def _broadcast_side(d, t):
+    """Whether d reads t as the broadcast side of a product, as tex/layout.py's rule for
+    einsum: inside a reduction, at indices without d's last (its vector axis), sharing a
+    reduced index with a read of another tensor. Read in place, a column-major such
+    operand gives the register tile's rows at one k as contiguous elements, as a packed
+    panel would (measured there)."""
+    red = d.reduction
+    if red is None or not d.indices:
+        return False
+    over, last = set(red.over), d.indices[-1]
+    reads = [a for a in walk(red.body) if isinstance(a, Access)]
+    for a in reads:
+        if a.tensor is not t:
+            continue
+        mine = set().union(*(sympify(ix).free_symbols for ix in a.index))
+        if last in mine or not mine & over:
+            continue
+        if any(b.tensor is not t and
+               set().union(*(sympify(ix).free_symbols for ix in b.index)) & mine & over
+               for b in reads):
+            return True
+    return False
 
 
 def _followed_order(d, expr, changed):

@@ -14,7 +14,7 @@ import warnings
 
 from tex.layout import axis_order
 
-from ...scheduler.layouts import permuted
+from ...scheduler.layouts import movable_inputs, permuted
 
 NOTHING = object()          # by_layout's answer when the call runs the function itself
 FAILED = object()           # a layout whose variant did not compile (_variant)
@@ -28,7 +28,11 @@ def by_layout(compile, sig, arrays, params, out):
     flags = getattr(f, "_layout_flags", None)
     if flags is None:
         return NOTHING
-    orders = {pos: order for pos, a in enumerate(arrays) if (order := axis_order(a))}
+    movable = f._layout_movable
+    if movable is None:
+        movable = f._layout_movable = movable_inputs(f.program)
+    orders = {pos: order for pos, a in enumerate(arrays)
+              if pos in movable and (order := axis_order(a))}
     if not orders:
         return NOTHING
     key = (tuple(sorted(orders.items())), out is None)

@@ -240,6 +240,7 @@ class CompiledFunction:
 
     _rebuild_entries = None     # (program, its fast_math, history entries, compile flags)
     _layout_flags = None        # the compile flags of its layout variants (layouts.py)
+    _layout_movable = None      # the positions of the inputs they may lay out anew
 
     @property
     def _rebuild(self):

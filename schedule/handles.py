@@ -3,7 +3,6 @@ method resolves its loop arguments, calls a pure primitive (schedule/primitives.
 the new state, and commits it with its step record once the schedule has checked it
 (`Schedule._check`): a refused primitive changes nothing."""
 import re
-import threading
 import warnings
 from dataclasses import replace
 
@@ -21,6 +20,7 @@ from .stage import lower_stage
 from .steps import (ComputeAt, Pack, Privatize, Reorder, SetKind, Specialize, Split, SplitK,
                     SplitParts, recorded_parts)
 from .strategies import reduction_strategy
+from tex import forksafe
 
 
 class LoopHandle:
@@ -503,7 +503,7 @@ class Deferred:
         self.spec, self.schedule, self.params, self.target = spec, schedule, params, target
         self.steps, self.ran, self.running = [], False, False
         self.error = None           # what the schedule raised: raised again at each use
-        self._lock = threading.RLock()
+        self._lock = forksafe.rlock()
 
     @property
     def stage(self):

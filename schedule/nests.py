@@ -15,7 +15,6 @@ A nest lowered alone is the nest lowered with the others (each choice is a loop 
 its own at the top of its stage, and the passes rewrite within a nest):
 tests/test_nests.py compares the structure keys of `kernel()` and `Schedule.kernel()`.
 """
-import threading
 
 from .blocked_sums import blocked_sums
 from .edge_tiles import edge_tiles
@@ -23,6 +22,7 @@ from .ir import Guard, Stage, walk
 from .stage import lower_stage
 from .target import overriding, target
 from .vectorize import plan_vectors
+from tex import forksafe
 
 
 def finish(kernel, fast_math):
@@ -52,7 +52,7 @@ class Nests:
                           for g in st.body if isinstance(g, Guard) and g.hole}
         self._filled = {}           # choice number -> its Guard with the nest lowered
         self._kernels = {}          # frozenset of choices left out -> the kernel
-        self._lock = threading.Lock()
+        self._lock = forksafe.lock()
 
     @classmethod
     def of(cls, kernel):

@@ -278,6 +278,59 @@ CASES = [
         f = runtime.compile_kernel(s.program, map_nest(s.kernel(), widen), bounds_check=True)
         f(np.ones((3, 65), np.float32), np.ones((65, 5), np.float32))
         """, "IndexError", ["tensor A", "dimension 1", "ki + 8*ko = 65", "ko=8", "ki=1"]),
+    ("a fork while another thread compiles gives a child that compiles", """
+        import threading
+        from tex.backends.llvm import jit
+        held, go = threading.Event(), threading.Event()
+        def compiling():                 # holds the JIT's lock as a compile does
+            with jit._lock:
+                held.set(); go.wait()
+        t = threading.Thread(target=compiling); t.start(); held.wait()
+        pid = os.fork()
+        if pid == 0:
+            r = tex.einsum("ij->j", np.ones((3, 4)))     # a kernel the parent never made
+            os._exit(0 if (r == 3).all() else 1)
+        go.set(); t.join()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        """, "ok", []),
+    ("Ctrl-C while the compiler process works leaves no reply for the next compile", """
+        from tex.backends.llvm import compile_worker, jit
+        jit.IN_PROCESS_COMPILES = 0                     # every module to the process
+        read = compile_worker.read_frame
+        def interrupted(stream):
+            compile_worker.read_frame = read
+            raise KeyboardInterrupt
+        compile_worker.read_frame = interrupted
+        a, b = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float32)
+        try:
+            tex.einsum("ij,ij->ij", a, b)
+            raise AssertionError("no interrupt")
+        except KeyboardInterrupt:
+            pass
+        assert (tex.einsum("ij,ij->ji", a, b) == (a * b).T * 1).all()   # its own kernel
+        assert (tex.einsum("ij,ij->ij", a, b) == a * b).all()
+        print("ok")
+        """, "ok", ["ok"], {"TEX_CACHE_DIR": "{tmp}/interrupted"}),
+    ("a cache folder where no key file can be made compiles in memory", """
+        import warnings
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert (tex.einsum("i,i->i", np.ones(3), np.ones(3)) == 1).all()
+        assert any("key file cannot be made" in str(w.message) for w in seen), seen
+        """, "ok", [], {"TEX_CACHE_DIR": "/proc/self"}),     # (private, but not writable)
+    ("a damaged key file is replaced", """
+        folder = os.environ["TEX_CACHE_DIR"]
+        os.makedirs(folder, mode=0o700)
+        with open(os.path.join(folder, ".key"), "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+        from tex.backends.llvm import jit
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert (tex.einsum("i,i->i", np.ones(3), np.ones(3)) == 1).all()
+        assert os.path.getsize(os.path.join(folder, ".key")) == 32
+        """, "ok", [], {"TEX_CACHE_DIR": "{tmp}/damaged"}),
     ("TEX_BOUNDS_CHECK=1 checks and stays quiet on correct kernels", """
         a = np.random.default_rng(0).standard_normal((67, 65)).astype(np.float32)
         b = np.random.default_rng(1).standard_normal((65, 63)).astype(np.float32)

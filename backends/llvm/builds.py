@@ -7,7 +7,6 @@ makes a new one, when a call needs a nest its current build lacks (`build_choice
 """
 import collections
 import ctypes
-import threading
 
 from tex.expr import AutoParts
 
@@ -16,6 +15,7 @@ from ...scheduler.ir import structure_key
 from ...scheduler.target import overriding
 from . import choices, codegen, jit, split, threads
 from .choices import call_values
+from ... import forksafe
 
 
 # A kernel's machine code: its address, the image holding it, its cache key, its IR
@@ -71,7 +71,7 @@ class Signature:
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)
         self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
         self.builds = []         # every build of the kernel so far (build_choice)
-        self._building = threading.Lock()   # one build_choice at a time
+        self._building = forksafe.lock()   # one build_choice at a time
         self.switches = 0        # build_choice's changes of build
         self._not_taken_at = None    # choices.decider of the kernel, once needed
         self._every_choice = None

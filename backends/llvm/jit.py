@@ -52,6 +52,7 @@ import llvmlite
 from . import elf
 from ...scheduler import target as targets
 from ...scheduler.target import target as current_target
+from ... import forksafe
 
 CODEGEN_VERSION = "tex-codegen-3"
 
@@ -75,7 +76,7 @@ MAGIC = b"TEXOBJ2\n"
 DIGEST_BYTES = 32
 STATS = collections.Counter()        # "compiled", "disk_hits", "memory_hits", "corrupt",
 #                                      "prebuilt" (the runtime compiled ahead: prebuild)
-_lock = threading.RLock()
+_lock = forksafe.rlock()
 _memory = collections.OrderedDict()  # key -> (image, address), least recently used first
 _prebuilt = {}      # key -> [threading.Event, object or None]: compiled ahead (prebuild)
 
@@ -297,15 +298,27 @@ class CompilerProcess:
             reply = self.worker.read_frame(self.proc.stdout)
         except OSError:
             reply = None
+        except BaseException:
+            # a Ctrl-C between the request and its reply leaves the reply in the pipe,
+            # where the next request would read it as its own (another kernel's code,
+            # cached under the wrong key): this process serves no more requests
+            self.kill()
+            raise
         if reply is None:
-            self.close()
-            self.errors.seek(0)
+            self.proc.wait()
+            self.errors.seek(0)          # (before close() closes it)
             tail = self.errors.read()[-2000:].decode(errors="replace").strip()
             raise CompileError(f"the LLVM compiler process died (exit status "
                                f"{self.proc.returncode}) on a module: {tail or 'no message'}")
         if reply[:1] == b"e":
             raise CompileError(reply[1:].decode())
         return reply[1:]
+
+    def kill(self):
+        """End the process now (it may be in the middle of a compile) and close it."""
+        if not self.errors.closed:
+            self.proc.kill()
+            self.close()
 
     def close(self):
         for stream in (self.proc.stdin, self.proc.stdout):
@@ -359,8 +372,10 @@ def prestart():
 
 
 def _forget_compiler():
-    # a forked child shares the parent's pipes: it must start a compiler of its own
+    # a forked child shares the parent's pipes: it must start a compiler of its own; and
+    # a compile ahead on the parent's warm-up thread never ends here
     _compiler.clear()
+    _prebuilt.clear()
 
 
 os.register_at_fork(after_in_child=_forget_compiler)
@@ -462,28 +477,50 @@ def _secret(folder):
     """The folder's HMAC key: 32 random bytes in `.key` (0600), made on first use. Made
     in a temporary file and linked into place, so that concurrent first uses agree."""
     path = os.path.join(folder, ".key")
-    for _ in range(2):
+    for _ in range(3):       # (read; or make, then read; or replace a damaged one)
         try:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         except FileNotFoundError:
             fd = None
+        except OSError as err:
+            return _distrust(folder, f"its key file cannot be read ({err.strerror})")
         if fd is not None:
-            with os.fdopen(fd, "rb") as f:
-                st = os.fstat(f.fileno())
-                key = f.read()
-            if st.st_uid != os.getuid() or st.st_mode & 0o077 or len(key) != 32:
-                return _distrust(folder, "its key file is not private to this user")
-            return key
+            try:
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    key = f.read() if stat.S_ISREG(st.st_mode) else b""
+            except OSError as err:
+                return _distrust(folder, f"its key file cannot be read ({err.strerror})")
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+                return _distrust(folder, "its key file is not a file private to this user")
+            if len(key) == 32:
+                return key
+            # damaged (a crash while it was written, a full disk): every entry signed
+            # with it is unreadable anyway; a new key replaces it
+            try:
+                os.unlink(path)
+            except OSError as err:
+                return _distrust(folder, f"its key file is damaged and cannot be "
+                                         f"replaced ({err.strerror})")
+            continue
         import tempfile              # here: a warm start writes nothing
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".key-")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".key-")
+        except OSError as err:       # a read-only folder (or file system)
+            return _distrust(folder, f"its key file cannot be made ({err.strerror})")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
             os.link(tmp, path)           # fails if another process made the key first
         except FileExistsError:
             pass
+        except OSError as err:
+            return _distrust(folder, f"its key file cannot be made ({err.strerror})")
         finally:
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
     return None
 
 
@@ -558,10 +595,17 @@ def read_cached(key, kind="kernel", check=_is_kernel_payload):
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        if not _private(os.fstat(f.fileno())):
-            return _distrust(path, "the entry is owned by another user or writable by others")
-        blob = f.read()
+    try:
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None                  # (a folder in an entry's place: no entry)
+            if not _private(st):
+                return _distrust(path, "the entry is owned by another user or writable "
+                                       "by others")
+            blob = f.read()
+    except OSError:
+        return None
     head = len(MAGIC) + 8 + DIGEST_BYTES
     ok = blob[:len(MAGIC)] == MAGIC and len(blob) >= head
     if ok:

@@ -9,16 +9,16 @@ is the auto schedule of the rewritten program, compiled as the function was (its
 flags), and called with each input transposed to its largest-stride-first order; an
 output that follows its inputs' layout comes back transposed, a view in that layout.
 """
-import threading
 import warnings
 
 from tex.layout import axis_order
 
 from ...scheduler.layouts import movable_inputs, permuted
+from ... import forksafe
 
 NOTHING = object()          # by_layout's answer when the call runs the function itself
 FAILED = object()           # a layout whose variant did not compile (_variant)
-_lock = threading.Lock()
+_lock = forksafe.lock()
 
 
 def by_layout(compile, sig, arrays, params, out):

@@ -71,10 +71,10 @@ struct sigaction 152.
 """
 import ctypes
 import os
-import threading
 
 from .placement import PLACEMENT_IR
 from .pool import POOL_IR
+from ... import forksafe
 
 MAX_WORKERS = 255           # worker threads at most: tex.set_num_threads allows 256
 SA_SIGINFO = 4
@@ -574,7 +574,7 @@ class Runtime:
 
 
 _runtime = []
-_lock = threading.Lock()
+_lock = forksafe.lock()
 
 
 def prebuild():

@@ -607,11 +607,14 @@ def _status(sig, status, inputs, targets, params):
     the error the status stands for."""
     code, detail = status & 0xFF, status >> irtypes.STATUS_DETAIL_SHIFT
     if code == irtypes.STATUS_INTERRUPTED:
-        # Python's SIGINT handler has been called (tex's chains to it): run it, which
-        # raises KeyboardInterrupt; a handler that does not raise still ends the call,
-        # whose results are incomplete
+        # a SIGINT stopped the kernel (tex's handler chains to Python's): Python's
+        # handler runs now; the default raises KeyboardInterrupt here. A handler that
+        # does not raise (a program's own), or a call on a thread other than the main
+        # one (where Python raises nothing), runs the kernel again: the signal was not
+        # meant to end it
         ctypes.pythonapi.PyErr_CheckSignals()
-        raise KeyboardInterrupt(f"{sig.symbol} was interrupted")
+        st = sig.cfunc(*inputs, *targets, *params)
+        return _status(sig, st, inputs, targets, params) if st else None
     if code == irtypes.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
         raise IndexError(_bounds_message(sig, detail))
     if code == irtypes.STATUS_OVERLAP:

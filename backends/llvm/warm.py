@@ -394,8 +394,9 @@ def _call_path(c):
 
     def status(sig, st, *rest):
         if st & 0xFF == interrupted:
-            ctypes.pythonapi.PyErr_CheckSignals()
-            raise KeyboardInterrupt(f"{c['symbol']} was interrupted")
+            ctypes.pythonapi.PyErr_CheckSignals()      # (KeyboardInterrupt, by default)
+            raise Fallback(f"{c['symbol']}: interrupted, and the signal's handler did "
+                           "not raise: the general path runs it again (runtime._status)")
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,

@@ -72,6 +72,23 @@ CASES = [
         assert np.allclose(tex.einsum("ik,kj->ij", a, a), a @ a)
         print("threads", tex.get_num_threads())
         """, "ok", ["threads"], {"TEX_NUM_THREADS": "99999"}),
+    ("workers of a larger thread count stay parked through smaller teams' regions", """
+        from tex.backends.llvm import threads
+        x = np.ones((2048, 512), np.float32)
+        tex.set_num_threads(16)
+        tex.einsum("ij->i", x)                          # makes 15 workers
+        tex.set_num_threads(2)
+        rt = threads.runtime()
+        tex.einsum("ij->i", x); time.sleep(0.05)
+        skips, teams = rt.skips.value, rt.teams.value
+        for _ in range(20):
+            tex.einsum("ij->i", x)
+        assert rt.teams.value > teams, "no parallel region"
+        # the 14 workers beyond the team of 2 stay parked: no region wakes them
+        assert rt.skips.value == skips, (rt.skips.value - skips, rt.teams.value - teams)
+        tex.set_num_threads(16)                         # a larger team calls them again
+        assert np.allclose(tex.einsum("ij->i", x), 512)
+        """, "ok", []),
     ("TEX_NUM_THREADS that is not a number", """
         print("threads", tex.get_num_threads())
         """, "ok", ["threads", "TEX_NUM_THREADS='abc'"], {"TEX_NUM_THREADS": "abc"}),

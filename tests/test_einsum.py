@@ -650,3 +650,51 @@ def test_bytes_subscripts_and_order_none_as_numpy_takes_them():
     x = np.arange(4.0)
     assert tex.einsum(b"i->", x) == np.einsum(b"i->", x) == 6.0
     np.testing.assert_array_equal(tex.einsum("i,i->i", x, x, order=None), x * x)
+
+
+def test_a_one_operand_relabeling_is_a_view_as_numpy_gives_it():
+    a = np.arange(9.0).reshape(3, 3)
+    tex.einsum("ii->i", a)[:] = 0                     # numpy's idiom: zero the diagonal
+    assert (np.diag(a) == 0).all()
+    b = np.arange(6.0).reshape(2, 3)
+    tex.einsum("ij->ji", b)[0, 1] = -1
+    assert b[1, 0] == -1
+    c = np.arange(24.0).reshape(2, 3, 4)
+    for spec in ("ji", "ijk->kji", "i...->...i", "...ij->...ji"):
+        got = tex.einsum(spec, c if "k" in spec or "." in spec else b)
+        want = np.einsum(spec, c if "k" in spec or "." in spec else b)
+        assert np.shares_memory(got, want) and got.shape == want.shape, spec
+    d = np.arange(16.0).reshape(4, 4)
+    assert tex.einsum("ii", d) == np.trace(d)          # a sum: computed, as in numpy
+    # dtype= asks for a computed result (numpy ignores it on this path and gives float64)
+    e = tex.einsum("ij->ji", d, dtype=np.float32, casting="same_kind")
+    assert e.dtype == np.float32 and not np.shares_memory(e, d)
+
+
+def test_a_retry_copies_a_broadcast_operand_as_the_elements_it_has():
+    """A misaligned operand, or out= over an input, makes the kernel run again on copies:
+    a broadcast view is copied as its base (numpy needs no copy at all)."""
+    import tracemalloc
+    raw = np.frombuffer(b"\0" + np.ones(2, np.float64).tobytes(), np.float64, offset=1)
+    wide = np.broadcast_to(np.float64(2.0), (2, 4_000_000))      # 64 MB if copied whole
+    tracemalloc.start()
+    try:
+        got = tex.einsum("i,ij->i", raw, wide)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(got, [8e6, 8e6])
+    assert peak < 8 << 20, peak
+    x = np.ones(3_000_000)
+    tracemalloc.start()
+    try:
+        tex.einsum("ij->j", np.broadcast_to(x, (8, x.size)), out=x)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (x == 8).all() and peak < 48 << 20, peak             # (x's copy: 24 MB)
+
+
+def test_a_non_native_result_dtype_is_named_as_such():
+    with pytest.raises(TypeError, match="'>f4' is float32 in the other byte order"):
+        tex.einsum("ij->i", np.ones((3, 3), np.float32), dtype=">f4")

@@ -25,6 +25,10 @@ def as_dtype(spec, what="dtype"):
     except TypeError as err:
         raise TypeError(f"{what}: {spec!r} is not a dtype") from err
     if dt not in SUPPORTED:
+        if not dt.isnative and dt.newbyteorder("=") in SUPPORTED:
+            raise TypeError(f"{what}: {dt.str!r} is {dt.name} in the other byte order; tex "
+                            f"computes in this machine's ({dt.newbyteorder('=').str!r}): "
+                            "arrays in either order are read, results are native")
         names = ", ".join(d.name for d in SUPPORTED)
         raise TypeError(f"{what}: tex does not support {dt.name}; supported: {names}")
     return dt

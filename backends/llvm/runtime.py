@@ -621,7 +621,7 @@ def _status(sig, status, inputs, targets, params):
         # out= shares memory with an input: as if the inputs had been copied first
         shared = [any(np.may_share_memory(a, t) for t in targets) for a in inputs]
         shared = shared if any(shared) else [True] * len(inputs)   # (numpy saw none: all)
-        ins = [np.array(a, copy=True) if s else a for a, s in zip(inputs, shared)]
+        ins = [_compact_copy(a) if s else a for a, s in zip(inputs, shared)]
         st = sig.cfunc(*ins, *targets, *params)
         return _status(sig, st, ins, targets, params) if st else None
     if code == irtypes.STATUS_DEFERRED:
@@ -636,7 +636,7 @@ def _status(sig, status, inputs, targets, params):
                           f"(more than 2**62 bytes)")
     if code != irtypes.STATUS_MISALIGNED:
         raise RuntimeError(f"{sig.symbol}: kernel returned status {status}")
-    ins = [np.array(a, copy=True) for a in inputs]
+    ins = [a if _element_aligned(a) else _compact_copy(a) for a in inputs]
     outs = [np.empty(t.shape, t.dtype) for t in targets]
     st = sig.cfunc(*ins, *outs, *params)
     if st & 0xFF == irtypes.STATUS_MISALIGNED:
@@ -645,6 +645,21 @@ def _status(sig, status, inputs, targets, params):
         _status(sig, st, ins, outs, params)    # raises, or ran a choice it had to build
     for t, o in zip(targets, outs):
         np.copyto(t, o)
+
+
+def _element_aligned(a):
+    """Data and strides in whole elements (what the kernel's entry checks of an input)."""
+    size = a.dtype.itemsize
+    return a.ctypes.data % size == 0 and all(st % size == 0 for st in a.strides)
+
+
+def _compact_copy(a):
+    """A copy of input `a` for a retry, its broadcast (stride-0) axes still broadcast: a
+    copy of np.broadcast_to(x, (5000, 20000)) holds x, not 10^8 elements."""
+    if 0 not in a.strides or a.size == 0:
+        return np.array(a, copy=True)
+    kept = tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)
+    return np.broadcast_to(np.array(a[kept], copy=True), a.shape)
 
 
 def _describe_buffer(sig, number, inputs, params):

@@ -21,6 +21,7 @@ builds the program as before (its kernel then comes from the disk cache).
 """
 import collections
 import ctypes
+import functools
 import hashlib
 import importlib
 import json
@@ -59,6 +60,10 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
     dtypes, ranks and dimensions of size 1, `dtype`, `casting` and `optimize`; a
     Fortran-ordered or transposed operand runs as the einsum of its row-major
     transpose (tex/layout.py)."""
+    if len(operands) == 1 and out is None and dtype is None and \
+            operands[0].__class__ is _ndarray and _relabels(subscripts):
+        # numpy gives a view (np.einsum("ii->i", a)[:] = 0 sets a's diagonal)
+        return np.einsum(subscripts, operands[0], casting=casting, order=order)
     if (subscripts.__class__ is str and dtype is None and casting == "safe"
             and order == "K" and (optimize is False or optimize is True)):
         guard = _guards.get(subscripts)
@@ -85,6 +90,23 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
         warmup.start_llvm()
         _full.append(importlib.import_module("tex.einsum")._einsum)
     return _full[0](subscripts, operands, dtype, out, optimize, casting, order)
+
+
+@functools.lru_cache(maxsize=256)
+def _relabels(subscripts):
+    """Whether a one-operand einsum only relabels its operand's axes, summing none
+    (`ii->i`, `ij->ji`, `ji`, `...ii->...i`): numpy.einsum returns a view of the operand
+    then, which writes reach (numpy's documented behaviour since 1.10)."""
+    if subscripts.__class__ is not str:
+        return False
+    inputs, arrow, output = subscripts.replace(" ", "").partition("->")
+    labels = inputs.replace("...", "")
+    if "," in inputs or not labels.isalpha() and labels:
+        return False
+    if not arrow:                    # implicit output: the labels seen once
+        return len(set(labels)) == len(labels)
+    return set(output.replace("...", "")) == set(labels) and \
+        ("..." in inputs) == ("..." in output)
 
 
 def _rewritten(subscripts, operands, dtype, out, optimize, casting, order):

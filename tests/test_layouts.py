@@ -239,14 +239,19 @@ def test_a_variant_that_fails_to_compile_leaves_the_call_as_it_was(monkeypatch):
     np.testing.assert_allclose(got, a * b + 1, rtol=1e-6)
 
 
-def test_the_broadcast_side_of_a_product_stays_as_written():
-    """As tex.einsum's rule (tex/layout.py): a column-major A of C = A @ B is read in
-    place; a column-major B gets the variant."""
+def test_the_factors_of_a_contraction_stay_as_written():
+    """Their packed copies read any layout; a matrix times a vector is no such product:
+    its Fortran-ordered matrix gets the variant."""
     A, B = tex.tensor("A", (M, K)), tex.tensor("B", (K, N))
     f = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k)))
     a = rng.standard_normal((130, 257)).astype(np.float32)
     b = rng.standard_normal((257, 65)).astype(np.float32)
-    np.testing.assert_allclose(f(A=np.asfortranarray(a), B=b), a @ b, rtol=1e-4, atol=1e-4)
+    for x, y in ((np.asfortranarray(a), b), (a, np.asfortranarray(b)),
+                 (np.asfortranarray(a), np.asfortranarray(b))):
+        np.testing.assert_allclose(f(A=x, B=y), a @ b, rtol=1e-4, atol=1e-4)
     assert not f._layout_variants
-    np.testing.assert_allclose(f(A=a, B=np.asfortranarray(b)), a @ b, rtol=1e-4, atol=1e-4)
-    assert [key for key, _ in f._layout_variants] == [((1, (1, 0)),)]
+    v = tex.tensor("v", (K,))
+    g = tex.compile(tex.compute("y", (i,), tex.sum(A[i, k] * v[k], over=k)))
+    np.testing.assert_allclose(g(A=np.asfortranarray(a), v=b[:, 0]), a @ b[:, 0], rtol=1e-4,
+                               atol=1e-4)
+    assert [key for key, _ in g._layout_variants] == [((0, (1, 0)),)]

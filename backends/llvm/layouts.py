@@ -11,6 +11,8 @@ output that follows its inputs' layout comes back transposed, a view in that lay
 """
 import warnings
 
+import numpy as np
+
 from tex.layout import axis_order
 
 from ...scheduler.layouts import movable_inputs, permuted
@@ -35,25 +37,43 @@ def by_layout(compile, sig, arrays, params, out):
               if pos in movable and (order := axis_order(a))}
     if not orders:
         return NOTHING
-    key = (tuple(sorted(orders.items())), out is None)
-    variant = f._layout_variants.get(key)
-    if variant is None:
-        with _lock:
-            variant = f._layout_variants.get(key)
-            if variant is None:
-                variant = f._layout_variants[key] = _variant(compile, f.program, orders,
-                                                             out is None, flags)
+    layout = tuple(sorted(orders.items()))
+    variant = _cached(compile, f, layout, orders, True, flags)
     if variant is FAILED:
         return NOTHING
     g, out_orders = variant
     moved = [a.transpose(orders[pos]) if pos in orders else a for pos, a in enumerate(arrays)]
-    result = g(*moved, **params, out=out)
+    if out is not None:
+        # an out= laid out as the following outputs would be is written through their
+        # order (streaming); any other out= takes the variant whose outputs stay as written
+        if len(out_orders) == 1 and out_orders[0] and out.__class__ is np.ndarray and \
+                axis_order(out) == out_orders[0]:
+            g(*moved, **params, out=out.transpose(out_orders[0]))
+            return out
+        variant = _cached(compile, f, layout, orders, False, flags)
+        if variant is FAILED:
+            return NOTHING
+        return variant[0](*moved, **params, out=out)
+    result = g(*moved, **params)
     if not any(out_orders):
         return result
     results = result if isinstance(result, tuple) else (result,)
     back = tuple(r if order is None else r.transpose(_inverse(order))
                  for r, order in zip(results, out_orders))
     return back if isinstance(result, tuple) else back[0]
+
+
+def _cached(compile, f, layout, orders, outputs_follow, flags):
+    """f's variant for this layout (compiled on first need, once)."""
+    key = (layout, outputs_follow)
+    variant = f._layout_variants.get(key)
+    if variant is None:
+        with _lock:
+            variant = f._layout_variants.get(key)
+            if variant is None:
+                variant = f._layout_variants[key] = _variant(compile, f.program, orders,
+                                                             outputs_follow, flags)
+    return variant
 
 
 def _variant(compile, program, orders, outputs_follow, flags):

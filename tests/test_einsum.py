@@ -698,3 +698,15 @@ def test_a_retry_copies_a_broadcast_operand_as_the_elements_it_has():
 def test_a_non_native_result_dtype_is_named_as_such():
     with pytest.raises(TypeError, match="'>f4' is float32 in the other byte order"):
         tex.einsum("ij->i", np.ones((3, 3), np.float32), dtype=">f4")
+
+
+def test_dtype_with_an_out_that_cannot_cast_back_is_refused_as_numpy_refuses_it():
+    a = np.arange(12, dtype=np.int8).reshape(3, 4)
+    for out_dtype in (np.int64, np.float64):
+        with pytest.raises(TypeError, match="could not be cast from"):
+            np.einsum("ij->i", a, dtype=np.int32, out=np.zeros(3, out_dtype))
+        with pytest.raises(TypeError, match="could not be cast from"):
+            tex.einsum("ij->i", a, dtype=np.int32, out=np.zeros(3, out_dtype))
+        out = np.zeros(3, out_dtype)
+        tex.einsum("ij->i", a, dtype=np.int32, out=out, casting="unsafe")
+        np.testing.assert_array_equal(out, np.einsum("ij->i", a, dtype=np.int32))

@@ -410,6 +410,12 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
         return einsum_program(subscripts, *operands, dtype=dtype, casting=casting,
                               optimize=optimize).outputs[0]
     arrays = [np.asarray(a) for a in operands]
+    if out is not None and dtype is not None and isinstance(out, np.ndarray) and \
+            isinstance(casting, str) and not np.can_cast(out.dtype, dtype, casting):
+        # numpy's iterator takes out= as read-write: its dtype must cast to dtype= too
+        raise TypeError(f"Iterator operand {len(arrays)} dtype could not be cast from "
+                        f"{out.dtype!r} to {np.dtype(dtype)!r} according to the rule "
+                        f"{casting!r}")
     if out is not None and dtype is None and isinstance(out, np.ndarray) and arrays:
         # numpy computes in the common dtype of the operands and out= (a sum of bools
         # into an int64 out= counts them; int8 products into int64 do not wrap)

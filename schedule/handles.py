@@ -129,6 +129,10 @@ class StageHandle:
     def _record(self, step):
         self.sched._record(step)
 
+    def _steps(self):
+        """The list this handle's steps are recorded in (`_record`)."""
+        return self.sched._history
+
     @property
     def loops(self):
         """The stage's loops, outermost first, as handles (`.name`, `.is_reduction`) that
@@ -261,6 +265,30 @@ class StageHandle:
         self.sched._check_vector("reduction_strategy", state, vector.var)
         self._apply(state, *steps)
 
+    def _condition(self, text, known):
+        """A condition written as a string, read with the program's own names only
+        (sympy alone reads N as its numeric-evaluation function, E as e, I as i)."""
+        names = {str(x): x for x in known}
+        names.update(Eq=sp.Eq, Ne=sp.Ne, And=sp.And, Or=sp.Or, Not=sp.Not, Min=sp.Min,
+                     Max=sp.Max)
+        words = set(re.findall(r"[A-Za-z_]\w*", text))
+        unknown = sorted(words - set(names))
+        hint = "write a relation of the program's sizes, such as \"(M >= 64) & (N >= 16)\""
+        if words & {"and", "or", "not"}:
+            raise ScheduleError(f"specialize: in stage {self.name}, {text!r}: conditions "
+                                "combine with &, | and ~ (Python's and/or/not cannot "
+                                f"build one): {hint}")
+        if unknown:
+            raise ScheduleError(f"specialize: in stage {self.name}, the condition {text!r} "
+                                f"uses {', '.join(unknown)}, which are not sizes or "
+                                f"parameters of the program: {hint}")
+        try:
+            return sp.sympify(text, locals=names)
+        except (sp.SympifyError, TypeError, SyntaxError) as err:
+            raise ScheduleError(f"specialize: in stage {self.name}, {text!r} is not a "
+                                f"condition tex can read ({type(err).__name__}): "
+                                f"{hint}") from None
+
     def specialize(self, condition, schedule=None, params=()):
         """A specialization of this stage (Halide's `specialize`): a handle whose
         schedule starts as this one's and is used, at run time, for calls where
@@ -277,10 +305,8 @@ class StageHandle:
         which the kernel's signature needs before."""
         known = set(self.sched.program.sizes) | set(self.sched.program.params) | {
             x for st in self.sched.stages for x in st.params() if isinstance(x, Param)}
-        # a string reads the program's own names ("N >= 64": sympy alone reads N as its
-        # numeric-evaluation function)
-        cond = sp.sympify(condition, locals={str(x): x for x in known}) \
-            if isinstance(condition, str) else sp.sympify(condition)
+        cond = self._condition(condition, known) if isinstance(condition, str) else \
+            sp.sympify(condition)
         if (cond is sp.true or cond is sp.false) and not isinstance(condition, bool):
             raise ScheduleError(f"specialize: in stage {self.name}, the condition is always "
                                 f"{'true' if cond is sp.true else 'false'} (sizes are "
@@ -362,7 +388,8 @@ class StageHandle:
                                    if loops_and_factors else ""))
         pairs = list(zip(loops_and_factors[::2], loops_and_factors[1::2]))
         # all or nothing: a refused pair undoes the splits made before it
-        state, steps = self.state, len(self.sched._history)
+        state, recorded = self.state, self._steps()
+        steps = len(recorded)
         outs, ins = [], []
         try:
             for loop, factor in pairs:
@@ -372,7 +399,7 @@ class StageHandle:
             self.reorder(*outs, *ins)
         except ScheduleError as err:
             self._store(state)
-            del self.sched._history[steps:]
+            del recorded[steps:]
             raise ScheduleError("tile: " + re.sub(r"^\w+: ", "", str(err))) from None
         return tuple(outs + ins)
 
@@ -481,6 +508,11 @@ class Specialization(StageHandle):
             self._deferred.steps.append(step)
         else:
             self.sched._record(step)
+
+    def _steps(self):
+        if self._deferred is not None and self._deferred.running:
+            return self._deferred.steps
+        return self.sched._history
 
     def _store(self, state):
         self._state = state

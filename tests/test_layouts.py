@@ -255,3 +255,19 @@ def test_the_factors_of_a_contraction_stay_as_written():
     np.testing.assert_allclose(g(A=np.asfortranarray(a), v=b[:, 0]), a @ b[:, 0], rtol=1e-4,
                                atol=1e-4)
     assert [key for key, _ in g._layout_variants] == [((0, (1, 0)),)]
+
+
+def test_a_tuned_schedule_runs_as_tuned_in_any_layout(monkeypatch):
+    from tex.scheduler import tunedb
+    X = tex.tensor("X", (M, N))
+    E = tex.compute("E", (i, j), X[i, j] * 2)
+
+    def tuned(folder, program, fast_math, fuse, threads=None):
+        s = tex.schedule(program)
+        s[program.outputs[0]].split(program.outputs[0].indices[0], 7)
+        return s
+    monkeypatch.setattr(tunedb, "tuned_schedule", tuned)
+    f = tex.compile(E)
+    x = rng.standard_normal((300, 301)).astype(np.float32)
+    np.testing.assert_array_equal(f(np.asfortranarray(x)), x * 2)
+    assert f._layout_flags is None and not f._layout_variants

@@ -652,3 +652,30 @@ def test_a_step_after_the_auto_schedule_says_it_changes_only_the_general_nest():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         s[C].split(j, 4)                 # once a stage
+
+
+def test_a_refused_tile_in_a_deferred_specialization_records_nothing():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(C)
+
+    def schedule(spec):
+        with pytest.raises(tex.ScheduleError):
+            spec.tile(i, 8, j, 0)
+        spec.tile(i, 16, j, 16)
+    s[C].specialize("M >= 64", schedule)
+    tex.compile(s)
+    assert [st.factor for st in s.history if type(st).__name__ == "Split"] == [16, 16]
+    assert str(tex.schedule(C).replay(s.history)) == str(s)
+
+
+def test_a_string_condition_reads_only_the_programs_names():
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(C)
+    for text, message in (("M >= 64 and N >= 16", "combine with &, \\| and ~"),
+                          ("M >= ", "not a condition tex can read"),
+                          ("E > 2", "uses E, which are not sizes"),
+                          ("Q >= 3", "uses Q, which are not sizes")):
+        with pytest.raises(tex.ScheduleError, match=message):
+            s[C].specialize(text)
+    s[C].specialize("Eq(M, 3) & (N >= 16)")
+    assert s.history[-1].condition == "Eq(M, 3) & (N >= 16)"

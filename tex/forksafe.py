@@ -32,7 +32,10 @@ def rlock():
 
 def _reinit_in_child():
     for held in list(_locks):
-        held._at_fork_reinit()
+        # (an RLock the forking thread holds itself stays so: that thread, the child's
+        # only one, releases it as it would have)
+        if not (hasattr(held, "_is_owned") and held._is_owned()):
+            held._at_fork_reinit()
 
 
 os.register_at_fork(after_in_child=_reinit_in_child)

@@ -68,9 +68,11 @@ def _warm(modules=MODULES):
         pass
 
 
-def _wait():
+def wait_for_thread():
+    """Wait for the warm-up thread (at most WAIT_AT_FORK seconds): before a fork."""
     if _thread and _thread[0] is not threading.current_thread():
         _thread[0].join(WAIT_AT_FORK)
+
 
 
 def start():
@@ -103,4 +105,4 @@ def _start(work):
         except RuntimeError:        # no thread to be had (a limit, or the interpreter exits)
             return
         _thread.append(thread)
-    os.register_at_fork(before=_wait)
+    os.register_at_fork(before=wait_for_thread)

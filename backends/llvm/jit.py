@@ -371,14 +371,45 @@ def prestart():
         _compiler_process()
 
 
-def _forget_compiler():
-    # a forked child shares the parent's pipes: it must start a compiler of its own; and
-    # a compile ahead on the parent's warm-up thread never ends here
+def _llvm_lock():
+    """llvmlite's lock around every call into LLVM, once llvmlite is loaded."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    return getattr(getattr(getattr(ffi, "lib", None), "_lock", None), "_lock", None)
+
+
+_held_at_fork = []
+
+
+def _before_fork():
+    """A fork waits for the compile under way (this module's lock) and for the LLVM
+    call under way (llvmlite's): a child copied in the middle of either found both
+    locks held by a thread it does not have, and its first compile waited for ever."""
+    from tex import warmup
+    warmup.wait_for_thread()        # (the warm-up thread's LLVM calls: before ours)
+    _lock.acquire()
+    llvm_lock = _llvm_lock()
+    if llvm_lock is not None:
+        llvm_lock.acquire()
+    _held_at_fork.append(llvm_lock)
+
+
+def _after_fork():
+    llvm_lock = _held_at_fork.pop()
+    if llvm_lock is not None:
+        llvm_lock.release()
+    _lock.release()
+
+
+def _after_fork_in_child():
+    _after_fork()
+    # the child shares the parent's pipes: it must start a compiler of its own; and a
+    # compile ahead on the parent's warm-up thread never ends here
     _compiler.clear()
     _prebuilt.clear()
 
 
-os.register_at_fork(after_in_child=_forget_compiler)
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork,
+                    after_in_child=_after_fork_in_child)
 
 
 def compile_object(ir_text):
@@ -442,6 +473,11 @@ def assembly(ir_text):
 _warned = set()
 
 
+# no symbolic link followed, and no wait for a writer (a FIFO put where an entry or the
+# key belongs: the regular-file check after the open refuses it)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+
+
 def _distrust(path, why):
     """Say once per folder why the disk cache is not used; returns None."""
     if path not in _warned:
@@ -479,7 +515,7 @@ def _secret(folder):
     path = os.path.join(folder, ".key")
     for _ in range(3):       # (read; or make, then read; or replace a damaged one)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            fd = os.open(path, _READ_FLAGS)
         except FileNotFoundError:
             fd = None
         except OSError as err:
@@ -499,6 +535,8 @@ def _secret(folder):
             # with it is unreadable anyway; a new key replaces it
             try:
                 os.unlink(path)
+            except FileNotFoundError:        # another process replaced it first
+                pass
             except OSError as err:
                 return _distrust(folder, f"its key file is damaged and cannot be "
                                          f"replaced ({err.strerror})")
@@ -592,7 +630,7 @@ def read_cached(key, kind="kernel", check=_is_kernel_payload):
         return None
     path = _cache_path(folder, key, kind)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, _READ_FLAGS)
     except OSError:
         return None
     try:

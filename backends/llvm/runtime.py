@@ -104,24 +104,26 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
 
 def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
     from ...scheduler.schedule import Schedule, default_schedule
+    if bounds_check is None:
+        bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
+    layouts = None
     if not isinstance(target, Schedule):
         from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
         program = as_program(target)
         sched = tuned_schedule(jit.cache_dir(), program, fast_math, fuse,
-                               threads=get_num_threads()) or \
-            default_schedule(program, fast_math, fuse)
+                               threads=get_num_threads())
+        if sched is None:
+            # the default schedule's function gets layout variants (layouts.py); a
+            # user's schedule, or a tuned one, runs as written
+            sched = default_schedule(program, fast_math, fuse)
+            layouts = (fast_math, name, bool(bounds_check), casting, fuse)
     elif target.fast_math and not fast_math:
         sched = Schedule(target.program, fast_math=False).replay(target.history)
     else:
         sched = target
-    if bounds_check is None:
-        bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
     f = compile_kernel(sched.program, sched.nests(), fast_math, name, bool(bounds_check),
                        casting, sizes)
-    # the default schedule's function gets layout variants (layouts.py); a user's runs as
-    # written
-    f._layout_flags = None if isinstance(target, Schedule) else \
-        (fast_math, name, bool(bounds_check), casting, fuse)
+    f._layout_flags = layouts
     # (the history as it is now: a deferred specialization's steps are read, running
     # its schedule, only when the function is pickled)
     f._rebuild_entries = (sched.source, sched.fast_math, tuple(sched._history), fast_math,

@@ -982,3 +982,24 @@ def test_random_expressions(case):
         else:
             rtol, atol = 4 * max(n, 1) * eps + rtol, 1e-30
     check(got, ref, rtol, atol, f"{f.program}")
+
+
+def test_index_arithmetic_with_floats_and_index_conditions_compute_as_numpy_does():
+    X = tex.tensor("X", (M, N))
+    x = np.random.default_rng(9).random((5, 7)).astype(np.float32)
+    rows, cols = np.meshgrid(np.arange(5), np.arange(7), indexing="ij")
+    E = tex.compute("E", (i, j), X[i, j] + j * 0.5)           # np.arange(N) * 0.5: float64
+    got = tex.compile(E)(x)
+    check(got, x + cols * 0.5)
+    S = tex.compute("S", (i, j), tex.where(j <= i, X[i, j], -1e9))    # a causal mask
+    check(tex.compile(S)(x), np.where(cols <= rows, x, np.float32(-1e9)))
+    S2 = tex.compute("S2", (i, j), tex.where((j <= i) & ~(i >= 3), X[i, j], 0.0))
+    check(tex.compile(S2)(x), np.where((cols <= rows) & ~(rows >= 3), x, np.float32(0)))
+    assert "where(j <= i, X[i, j]" in repr(S)
+
+
+def test_an_output_listed_twice_is_refused():
+    X = tex.tensor("X", (M, N))
+    E = tex.compute("E", (i, j), X[i, j] * 2)
+    with pytest.raises(ValueError, match="E is listed twice among the outputs"):
+        tex.compile((E, E))

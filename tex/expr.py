@@ -168,8 +168,12 @@ def as_expr(x):
     if isinstance(x, np.ndarray) and x.ndim == 0:
         return Const(x.item(), x.dtype)
     if isinstance(x, sp.Basic):
+        if isinstance(x, (sp.core.relational.Relational, sp.And, sp.Or, sp.Not)):
+            return _condition_value(x)           # a causal mask: tex.where(j <= i, ...)
         if index_symbols(x):
-            return IndexValue(x)
+            # an integer index expression is one int64 value; `j * 0.5` is the float
+            # arithmetic numpy does on np.arange(N) * 0.5
+            return IndexValue(x) if x.is_integer else _size_value(x)
         if x.is_Integer:
             return Const(int(x))
         return _size_value(x)
@@ -203,6 +207,25 @@ def _size_value(e):
             return op("sqrt", _size_value(e.base))
         return op("power", _size_value(e.base), _size_value(e.exp))
     raise TypeError(f"cannot use the size expression {e} as a value")
+
+
+_RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
+              "==": "equal", "!=": "not_equal"}
+
+
+def _condition_value(c):
+    """A relation of indices and sizes (sympy's `j <= i`) as a bool expression."""
+    if isinstance(c, sp.Not):
+        return op("logical_not", _condition_value(c.args[0]))
+    if isinstance(c, (sp.And, sp.Or)):
+        parts = [_condition_value(a) for a in c.args]
+        out = parts[0]
+        for p in parts[1:]:
+            out = op("logical_and" if isinstance(c, sp.And) else "logical_or", out, p)
+        return out
+    if c.rel_op not in _RELATIONS:
+        raise TypeError(f"cannot use the relation {c} as a value")
+    return op(_RELATIONS[c.rel_op], as_expr(c.lhs), as_expr(c.rhs))
 
 
 def _weak_kind(e):

@@ -24,9 +24,13 @@ class Program:
         outputs = tuple(outputs) if isinstance(outputs, (tuple, list)) else (outputs,)
         self._extra_params = tuple(params)
         self._fixed_inputs = tuple(inputs) if inputs is not None else None
-        for o in outputs:
+        for n, o in enumerate(outputs):
             if not isinstance(o, Definition):
                 raise TypeError(f"{o!r} is not a tex.compute definition")
+            if any(o is other for other in outputs[:n]):
+                raise ValueError(f"{o.name} is listed twice among the outputs: a program "
+                                 "computes each output once (list it once, and use its "
+                                 "array twice)")
         self.outputs = outputs
         self.graph = dag.DiGraph()
         stack, seen = list(outputs), set()

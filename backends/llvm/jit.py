@@ -384,8 +384,9 @@ def _before_fork():
     """A fork waits for the compile under way (this module's lock) and for the LLVM
     call under way (llvmlite's): a child copied in the middle of either found both
     locks held by a thread it does not have, and its first compile waited for ever."""
-    from tex import warmup
-    warmup.wait_for_thread()        # (the warm-up thread's LLVM calls: before ours)
+    warmup = sys.modules.get("tex.warmup")      # (no warm-up thread without it)
+    if warmup is not None:
+        warmup.wait_for_thread()    # (the warm-up thread's LLVM calls: before ours)
     _lock.acquire()
     llvm_lock = _llvm_lock()
     if llvm_lock is not None:

@@ -4,7 +4,8 @@ arrays a call brings (scheduler/layouts.py says why), one per layout, on first n
 The call path asks `by_layout` only when an input of rank 2 or more is at least
 tex/layout.SMALL bytes and not C-contiguous (two attribute reads a call otherwise).
 Only a function compiled with the default schedule has variants: a schedule the user
-wrote names loops for the layout it was written for, and runs as written. A variant
+wrote (or tex.tune found) names loops for the layout it was made for, and runs as
+written. A variant
 is the auto schedule of the rewritten program, compiled as the function was (its
 flags), and called with each input transposed to its largest-stride-first order; an
 output that follows its inputs' layout comes back transposed, a view in that layout.
@@ -86,7 +87,8 @@ def _variant(compile, program, orders, outputs_follow, flags):
     except Exception as err:        # noqa: BLE001 -- a variant is an optimization only
         warnings.warn(f"tex: {program.signature()}: no variant for the layout of this "
                       f"call's arrays ({type(err).__name__}: {err}); running the kernel "
-                      "compiled for row-major arrays", RuntimeWarning, stacklevel=4)
+                      "compiled for row-major arrays", RuntimeWarning,
+                      stacklevel=5)       # (_variant, _cached, by_layout, the call path)
         return FAILED
     g._layout_flags = None              # its inputs come in the order it was made for
     return g, out_orders

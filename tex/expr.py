@@ -197,16 +197,21 @@ def _size_value(e):
     if den != 1:
         return op("true_divide", _size_value(num), _size_value(den))
     if isinstance(e, (sp.Add, sp.Mul)):
-        parts = [_size_value(a) for a in e.args]
-        out = parts[0]
-        for p in parts[1:]:
-            out = op("add" if isinstance(e, sp.Add) else "multiply", out, p)
-        return out
+        return _chain("add" if isinstance(e, sp.Add) else "multiply",
+                      [_size_value(a) for a in e.args])
     if isinstance(e, sp.Pow):
         if e.exp == sp.Rational(1, 2):
             return op("sqrt", _size_value(e.base))
         return op("power", _size_value(e.base), _size_value(e.exp))
     raise TypeError(f"cannot use the size expression {e} as a value")
+
+
+def _chain(name, parts):
+    """parts[0] name parts[1] name ...: sympy's n-ary Add, Mul, And, Or as binary ops."""
+    out = parts[0]
+    for p in parts[1:]:
+        out = op(name, out, p)
+    return out
 
 
 _RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal",
@@ -218,11 +223,8 @@ def _condition_value(c):
     if isinstance(c, sp.Not):
         return op("logical_not", _condition_value(c.args[0]))
     if isinstance(c, (sp.And, sp.Or)):
-        parts = [_condition_value(a) for a in c.args]
-        out = parts[0]
-        for p in parts[1:]:
-            out = op("logical_and" if isinstance(c, sp.And) else "logical_or", out, p)
-        return out
+        return _chain("logical_and" if isinstance(c, sp.And) else "logical_or",
+                      [_condition_value(a) for a in c.args])
     if c.rel_op not in _RELATIONS:
         raise TypeError(f"cannot use the relation {c} as a value")
     return op(_RELATIONS[c.rel_op], as_expr(c.lhs), as_expr(c.rhs))

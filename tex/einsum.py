@@ -610,11 +610,10 @@ def _unique(dicts):
 
 def compile_program(program, sizes=None):
     """The compiler behind einsum's kernels (imported late: tex's modules do not import
-    the backends at import time); `sizes`, the first call's (see runtime.compile)."""
-    from .backends.llvm.runtime import compile
-    f = compile(program, sizes=sizes)
-    f._layout_flags = None      # einsum lays its operands out itself (tex/layout.py)
-    return f
+    the backends at import time); `sizes`, the first call's (see runtime.compile). No
+    layout variants: einsum lays its operands out itself (tex/layout.py)."""
+    from .backends.llvm.runtime import compile_without_variants
+    return compile_without_variants(program, sizes=sizes)
 
 
 def _check_out_and_order(entry, arrays, out, order):

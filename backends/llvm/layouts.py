@@ -1,8 +1,10 @@
 """A compiled program's layout variants: the same program compiled for the layout of the
 arrays a call brings (scheduler/layouts.py says why), one per layout, on first need.
 
-The call path asks `by_layout` only when an input of rank 2 or more is at least
-tex/layout.SMALL bytes and not C-contiguous (two attribute reads a call otherwise).
+The call path of a function that has variants asks `by_layout` only when an input of
+rank 2 or more is at least tex/layout.SMALL bytes and not C-contiguous (two attribute
+reads a call otherwise; the call paths of einsum's kernels, of a user's schedule and of
+the variants themselves have no such check).
 Only a function compiled with the default schedule has variants: a schedule the user
 wrote (or tex.tune found) names loops for the layout it was made for, and runs as
 written. A variant
@@ -26,7 +28,8 @@ _lock = forksafe.lock()
 
 def by_layout(compile, sig, arrays, params, out):
     """The result of a call through the variant for its arrays' layout, or NOTHING.
-    `compile`: runtime.compile (passed in: this module is runtime's)."""
+    `compile`: runtime.compile_without_variants (passed in: this module is runtime's;
+    a variant's inputs come in the order it was made for)."""
     f = sig.owner()
     flags = getattr(f, "_layout_flags", None)
     if flags is None:
@@ -90,7 +93,6 @@ def _variant(compile, program, orders, outputs_follow, flags):
                       "compiled for row-major arrays", RuntimeWarning,
                       stacklevel=5)       # (_variant, _cached, by_layout, the call path)
         return FAILED
-    g._layout_flags = None              # its inputs come in the order it was made for
     return g, out_orders
 
 

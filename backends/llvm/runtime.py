@@ -7,10 +7,10 @@ and dtype, the rank and size checks, the output allocation, and one ctypes call 
 hands the array objects themselves to the machine code (which reads data pointers,
 shapes and strides from numpy's array struct). No sympy, no IR walk, no per-element
 Python on that path; everything slow (coercion, copies for overlapping `out=`,
-misaligned views, error messages) lives in helpers that run only when needed.
+misaligned views, error messages) lives in helpers that run only when needed (a kernel's
+non-zero status: status.py).
 """
 import builtins
-import ctypes
 import functools
 import operator
 import os
@@ -19,7 +19,6 @@ import secrets
 import weakref
 
 import numpy as np
-import sympy as sp
 
 from tex.combiners import COMBINERS
 from tex.errors import ShapeError
@@ -31,15 +30,14 @@ from tex.program import as_program, check_fast_math
 from ...gcpause import paused
 from ...scheduler.nests import Nests
 from ...scheduler.target import overriding
-from ...scheduler.primitives import show
 from ...scheduler.printer import format_nest
-from . import codegen, irtypes, jit, threads
+from . import codegen, jit, threads
 from .builds import Signature, _build
 from .parallel import MIDDLING_MIN_BYTES
-from .choices import call_values, not_taken, pyexpr
+from .choices import not_taken, pyexpr
 from .display import compiled_html
+from .status import _status
 from .layouts import NOTHING, by_layout
-from .bounds import BOUNDS_LOOPS
 from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,  # noqa: F401
                     thread_parts)
 
@@ -102,11 +100,23 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
         return _compile(target, fast_math, name, bounds_check, casting, fuse, sizes)
 
 
-def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
+def compile_without_variants(program, fast_math=True, name=None, bounds_check=None,
+                             casting="safe", fuse=True, sizes=None):
+    """tex.compile of a program whose calls bring operands laid out as its schedule
+    assumes (tex.einsum's, tex/layout.py; a layout variant itself): no layout variants,
+    and no layout check in its call path."""
+    with paused():
+        return _compile(program, fast_math, name, bounds_check, casting, fuse, sizes,
+                        variants=False)
+
+
+def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes, variants=True):
+    """`variants`: True gives the default schedule's function layout variants
+    (layouts.py); False none; a tuple is the flags of a pickled function's."""
     from ...scheduler.schedule import Schedule, default_schedule
     if bounds_check is None:
         bounds_check = os.environ.get("TEX_BOUNDS_CHECK", "") not in ("", "0")
-    layouts = None
+    layouts = variants if isinstance(variants, tuple) else None
     if not isinstance(target, Schedule):
         from ...scheduler.tunedb import tuned_schedule      # what tex.tune found, if any
         program = as_program(target)
@@ -116,14 +126,14 @@ def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
             # the default schedule's function gets layout variants (layouts.py); a
             # user's schedule, or a tuned one, runs as written
             sched = default_schedule(program, fast_math, fuse)
-            layouts = (fast_math, name, bool(bounds_check), casting, fuse)
+            if variants is True:
+                layouts = (fast_math, name, bool(bounds_check), casting, fuse)
     elif target.fast_math and not fast_math:
         sched = Schedule(target.program, fast_math=False).replay(target.history)
     else:
         sched = target
     f = compile_kernel(sched.program, sched.nests(), fast_math, name, bool(bounds_check),
-                       casting, sizes)
-    f._layout_flags = layouts
+                       casting, sizes, layouts)
     # (the history as it is now: a deferred specialization's steps are read, running
     # its schedule, only when the function is pickled)
     f._rebuild_entries = (sched.source, sched.fast_math, tuple(sched._history), fast_math,
@@ -132,7 +142,7 @@ def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes):
 
 
 def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=False,
-                   casting="safe", sizes=None):
+                   casting="safe", sizes=None, layouts=None):
     """The CompiledFunction of a loop nest of `program`: a Kernel, or the Nests of a
     schedule (`Schedule.nests()`: a specialization's nest is lowered when built).
 
@@ -140,7 +150,8 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     it builds those that calls at `sizes` ([{Size: value}], or one such dict) run;
     without `sizes`, none (a dispatch that returns STATUS_DEFERRED); with EVERY, all.
     A call that needs a nest left out has the kernel built again with it
-    (`Signature.build_choice`). `f.llvm_ir` and `f.asm` show every nest."""
+    (`Signature.build_choice`). `f.llvm_ir` and `f.asm` show every nest. `layouts`:
+    the compile flags of its layout variants (layouts.py), None for none."""
     nests = Nests.of(kernel)
     symbol = name or "tex_" + re.sub(r"\W", "_", "_".join(o.name for o in program.outputs))
     if isinstance(sizes, str) and sizes == EVERY:
@@ -150,7 +161,7 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
     else:
         deferred = not_taken(nests.skeleton, sizes)
     built = _build(nests, symbol, fast_math, bounds_check, deferred)
-    compiled = CompiledFunction(program, nests, built)
+    compiled = CompiledFunction(program, nests, built, layouts)
     compiled.casting = compiled._sig.casting = casting
     return compiled
 
@@ -170,8 +181,9 @@ def _rebuilt(token, program, sched_fast_math, history, fast_math, name, bounds_c
     if f is None:
         from ...scheduler.schedule import Schedule
         sched = Schedule(program, sched_fast_math).replay(history)
-        f = compile(sched, fast_math, name, bounds_check, casting)
-        f._layout_flags = layouts
+        with paused():
+            f = _compile(sched, fast_math, name, bounds_check, casting, True, None,
+                         variants=layouts or False)
         f._token = token
         _LIVE[token] = f
     return f
@@ -194,16 +206,17 @@ class CompiledFunction:
     or by name), call-time parameters by keyword and optionally `out=`."""
     __signature__ = _CallSignature()
 
-    def __init__(self, program, nests, built):
+    def __init__(self, program, nests, built, layouts=None):
         self.program, self._nests, self.symbol = program, nests, built.symbol
         self._sig = Signature(program, built)
         self._sig.owner = weakref.ref(self)
         self._asm = None         # the assembly of llvm_ir, once f.asm is read
         self._full_ir = None     # llvm_ir with every nest, while some are not built
         self.input_names = tuple(t.name for t in program.inputs)
+        self._layout_flags = layouts    # the compile flags of its layout variants
         self._layout_variants = {}      # layouts.by_layout's compiled variants
         self.param_names = self._sig.param_names
-        self._call = _make_caller(self._sig)
+        self._call = _make_caller(self._sig, layouts is not None)
         from ...scheduler.target import missing_here, target
         missing = missing_here(target())
         if missing:
@@ -241,7 +254,6 @@ class CompiledFunction:
         return self._full_ir
 
     _rebuild_entries = None     # (program, its fast_math, history entries, compile flags)
-    _layout_flags = None        # the compile flags of its layout variants (layouts.py)
     _layout_movable = None      # the positions of the inputs they may lay out anew
 
     @property
@@ -316,7 +328,7 @@ def _cannot_run(cpu, missing):
 MAX_PARAM = 1 << 62
 
 
-def _make_caller(sig):
+def _make_caller(sig, variants=False):
     program, kernel = sig.program, sig.kernel
     inputs, outputs = program.inputs, program.outputs
     argnames = [f"{t.name}" for t in inputs]
@@ -405,9 +417,9 @@ def _make_caller(sig):
         L.append(f"    if {cond_red}: raise ValueError(_red_msg{n})")
     # an input laid out other than row-major: the variant for its layout (layouts.py)
     strided = [f"({a}.nbytes >= {SMALL} and not {a}.flags.c_contiguous)"
-               for a, t in zip(argnames, inputs) if len(t.shape) >= 2]
+               for a, t in zip(argnames, inputs) if len(t.shape) >= 2] if variants else []
     if strided:
-        g["_by_layout"], g["_NOTHING"] = functools.partial(by_layout, compile), NOTHING
+        g["_by_layout"], g["_NOTHING"] = functools.partial(by_layout, compile_without_variants), NOTHING
         L.append(f"    if {' or '.join(strided)}:")
         L.append(f"        _r = _by_layout(_sig, ({', '.join(argnames)},), "
                  f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
@@ -602,97 +614,3 @@ def _finish_out(out, targets, finish):
             np.copyto(dst, tgt)
         results.append(tgt if dst is None else dst)
     return tuple(results) if len(results) > 1 else results[0]
-
-
-def _status(sig, status, inputs, targets, params):
-    """A non-zero kernel status: retry misaligned arrays with aligned copies, or raise
-    the error the status stands for."""
-    code, detail = status & 0xFF, status >> irtypes.STATUS_DETAIL_SHIFT
-    if code == irtypes.STATUS_INTERRUPTED:
-        # a SIGINT stopped the kernel (tex's handler chains to Python's): Python's
-        # handler runs now; the default raises KeyboardInterrupt here. A handler that
-        # does not raise (a program's own), or a call on a thread other than the main
-        # one (where Python raises nothing), runs the kernel again: the signal was not
-        # meant to end it
-        ctypes.pythonapi.PyErr_CheckSignals()
-        st = sig.cfunc(*inputs, *targets, *params)
-        return _status(sig, st, inputs, targets, params) if st else None
-    if code == irtypes.STATUS_OUT_OF_BOUNDS and sig.bounds is not None:
-        raise IndexError(_bounds_message(sig, detail))
-    if code == irtypes.STATUS_OVERLAP:
-        # out= shares memory with an input: as if the inputs had been copied first
-        shared = [any(np.may_share_memory(a, t) for t in targets) for a in inputs]
-        shared = shared if any(shared) else [True] * len(inputs)   # (numpy saw none: all)
-        ins = [_compact_copy(a) if s else a for a, s in zip(inputs, shared)]
-        st = sig.cfunc(*ins, *targets, *params)
-        return _status(sig, st, ins, targets, params) if st else None
-    if code == irtypes.STATUS_DEFERRED:
-        sig.build_choice(detail, inputs, params)
-        st = sig.cfunc(*inputs, *targets, *params)
-        return _status(sig, st, inputs, targets, params) if st else None
-    if code in (irtypes.STATUS_NOMEM, irtypes.STATUS_TOO_LARGE):
-        what = _describe_buffer(sig, detail - 1, inputs, params)
-        if code == irtypes.STATUS_NOMEM:
-            raise MemoryError(f"{sig.symbol}: could not allocate {what}")
-        raise MemoryError(f"{sig.symbol}: {what} is larger than any machine's memory "
-                          f"(more than 2**62 bytes)")
-    if code != irtypes.STATUS_MISALIGNED:
-        raise RuntimeError(f"{sig.symbol}: kernel returned status {status}")
-    ins = [a if _element_aligned(a) else _compact_copy(a) for a in inputs]
-    outs = [np.empty(t.shape, t.dtype) for t in targets]
-    st = sig.cfunc(*ins, *outs, *params)
-    if st & 0xFF == irtypes.STATUS_MISALIGNED:
-        raise RuntimeError(f"{sig.symbol}: kernel returned status {st} on aligned copies")
-    if st:
-        _status(sig, st, ins, outs, params)    # raises, or ran a choice it had to build
-    for t, o in zip(targets, outs):
-        np.copyto(t, o)
-
-
-def _element_aligned(a):
-    """Data and strides in whole elements (what the kernel's entry checks of an input)."""
-    size = a.dtype.itemsize
-    return a.ctypes.data % size == 0 and all(st % size == 0 for st in a.strides)
-
-
-def _compact_copy(a):
-    """A copy of input `a` for a retry, its broadcast (stride-0) axes still broadcast: a
-    copy of np.broadcast_to(x, (5000, 20000)) holds x, not 10^8 elements."""
-    if 0 not in a.strides or a.size == 0:
-        return np.array(a, copy=True)
-    kept = tuple(slice(0, 1) if st == 0 else slice(None) for st in a.strides)
-    return np.broadcast_to(np.array(a[kept], copy=True), a.shape)
-
-
-def _describe_buffer(sig, number, inputs, params):
-    """`buffer C_part of shape (P, M, N) = (4, 100, 100), float32`: the intermediate
-    buffer `number` (in codegen.kernel_buffers order) with its size at this call."""
-    kernel = sig.kernel
-    buffers = codegen.kernel_buffers(kernel)
-    if not 0 <= number < len(buffers):
-        return "an intermediate buffer"
-    buf = buffers[number]
-    values = call_values(kernel, inputs, params)
-    shape = ", ".join(str(d) for d in buf.shape)
-    try:
-        sizes = ", ".join(str(sp.sympify(d).subs(values)) for d in buf.shape)
-    except (TypeError, ValueError):
-        sizes = "?"
-    return f"buffer {buf.name} of shape ({shape}) = ({sizes}), {np.dtype(buf.dtype).name}"
-
-
-def _bounds_message(sig, number):
-    """The IndexError of a failed bounds check: the check (from the code generator,
-    which numbers them deterministically) and the values the kernel recorded."""
-    fast_math, address = sig.bounds
-    built = sig.built           # (the build that ran: its kernel numbers the checks)
-    with overriding(built.nests.target):
-        check = codegen.bounds_checks(built.kernel, sig.symbol, fast_math,
-                                      built.deferred)[number]
-    record = (ctypes.c_int64 * (3 + BOUNDS_LOOPS)).from_address(address)
-    value, dim, n = record[0], record[1], record[2]
-    loops = ", ".join(f"{v.name}={x}" for v, x in zip(check.loops, record[3:3 + n]))
-    where = f" (loops {loops})" if loops else ""
-    return (f"{sig.symbol}: stage {check.stage}: tensor {check.buffer}, dimension "
-            f"{check.axis} (size {check.dimension} = {dim}): index {show(check.index)} = "
-            f"{value} is out of bounds{where}")

@@ -395,15 +395,6 @@ def _fallback(*args, **kwargs):
     raise Fallback("this call needs the general path")
 
 
-_AS_IT_IS = object()
-
-
-def _as_it_is(*args):
-    """A warm call path's answer to its layout check: einsum's kernels run on the
-    operands as einsum laid them out (tex/layout.py), never a layout variant."""
-    return _AS_IT_IS
-
-
 def _call_path(c):
     from . import jit, threads
     loaded = jit.load_key(c["object"], c["symbol"])
@@ -418,13 +409,12 @@ def _call_path(c):
         if st & 0xFF == interrupted:
             ctypes.pythonapi.PyErr_CheckSignals()      # (KeyboardInterrupt, by default)
             raise Fallback(f"{c['symbol']}: interrupted, and the signal's handler did "
-                           "not raise: the general path runs it again (runtime._status)")
+                           "not raise: the general path runs it again (status._status)")
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
          "_image": image, "_crowded": threads.runtime().is_crowded,
-         "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts,
-         "_by_layout": _as_it_is, "_NOTHING": _AS_IT_IS}
+         "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts}
     for name in ("_coerce", "_param", "_finish_out", "_prepare_out", "_rank_error",
                  "_dim_error"):
         g[name] = _fallback

@@ -115,7 +115,8 @@ def _power(e, a, b):
 
 
 def _int_power(a, b, dt):
-    """Integer power by squaring, wrapping; a negative exponent gives 0 (numpy raises)."""
+    """Integer power by squaring, wrapping; a negative exponent gives the integer part of
+    the true value (numpy raises): 1 for a base of 1, +-1 for -1, else 0."""
     a, b = np.broadcast_arrays(np.asarray(a, dt), np.asarray(b, dt))
     result = np.ones(a.shape, dt)
     base, exp = a.copy(), b.astype(np.int64)
@@ -126,7 +127,8 @@ def _int_power(a, b, dt):
         result = np.where(odd, result * base, result)
         base = base * base
         exp >>= 1
-    return np.where(neg, 0, result)
+    unit_power = np.where((a == -1) & (b % 2 == 1), -1, 1).astype(dt)
+    return np.where(neg, np.where((a == 1) | (a == -1), unit_power, 0), result)
 
 
 def _ufunc(name):

@@ -16,6 +16,8 @@ SUPPORTED = Supported(np.dtype(t) for t in (
 BOOL = np.dtype("bool")
 INT64 = np.dtype("int64")
 FLOAT64 = np.dtype("float64")
+FLOAT32 = np.dtype("float32")
+FLOAT16 = np.dtype("float16")
 
 
 def as_dtype(spec, what="dtype"):
@@ -49,4 +51,4 @@ def is_unsigned(dt):
 def accumulator(dt):
     """The type a sum accumulates in by default: the element type, except float16 -> float32
     (numpy's einsum accumulates half precision in single precision)."""
-    return np.dtype("float32") if dt == np.dtype("float16") else dt
+    return FLOAT32 if dt == FLOAT16 else dt

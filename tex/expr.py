@@ -5,6 +5,8 @@ Invariants (sizes and indices: tex/indices.py):
 - Expression nodes are immutable. Their `==` builds a comparison (as numpy's does), so
   compiler code compares nodes with `is` and keys dictionaries by `id` or by node identity.
 """
+import operator
+
 import numpy as np
 import sympy as sp
 
@@ -285,14 +287,15 @@ def op(name, *args):
     if unfit:
         # numpy: a Python int that the integer type cannot hold is compared exactly,
         # and refused (OverflowError) by arithmetic; never wrapped silently
-        common = None
         if name in _COMPARISONS:
-            common = np.result_type(*(np.min_scalar_type(a.value) if _is_weak(a) else a.dtype
-                                      for a in args))
-        if common is None or common.kind not in "iuf":
-            (a, t), = unfit[:1]
-            raise OverflowError(f"{name}: Python integer {a.value} out of bounds for {t}")
-        in_types = (common,) * len(args)
+            return _compare_beyond_range(ufunc, args)
+        (a, t), = unfit[:1]
+        raise OverflowError(f"{name}: Python integer {a.value} out of bounds for {t}")
+    if name == "power" and out.kind in "iu" and isinstance(args[1], Const) \
+            and args[1].value < 0:
+        raise ValueError(f"power: integers to negative integer powers are not allowed "
+                         f"({format_expr(args[0])} ** {args[1].value}), as in numpy; write "
+                         f"the base as a float")
     weak = all(_weak_kind(a) is not None for a in args) and out in (dtypes.INT64, dtypes.FLOAT64)
     args = tuple(a if a.dtype == t else cast(a, t) for a, t in zip(args, in_types))
     return Op(name, args, dtypes.as_dtype(out, f"result of {name}"), weak)
@@ -307,6 +310,23 @@ def _resolve(ufunc, name, operands):
 
 
 _COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
+_PYTHON_COMPARISONS = {"less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+                       "greater_equal": operator.ge, "equal": operator.eq,
+                       "not_equal": operator.ne}
+
+
+def _compare_beyond_range(ufunc, args):
+    """A comparison of integers with a Python int that their type cannot hold: numpy 2
+    answers it exactly, and the answer is the same for every element (an int above the
+    type's range is above every element)."""
+    if all(isinstance(a, Const) for a in args):
+        return Const(_PYTHON_COMPARISONS[ufunc.__name__](*(a.value for a in args)))
+    stand_in = [(np.inf if a.value > 0 else -np.inf) if _is_weak(a) and type(a.value) is int
+                else 0.0 for a in args]
+    # the same answer everywhere, as an expression of the integer operand, which keeps
+    # its indices (and so the definition's shape): x == x is true, x != x false
+    x, = (a for a in args if not isinstance(a, Const))
+    return op("equal" if ufunc(*stand_in) else "not_equal", x, x)
 
 
 def _is_weak(e):
@@ -410,6 +430,10 @@ def _reduction(combiner, body, over, dtype, fast_math, strict=True):
         acc = dtypes.as_dtype(dtype, f"{combiner}(dtype=)")
     else:
         acc = _default_accumulator(combiner, body.dtype)
+    if combiner in ("sum", "prod") and acc == dtypes.FLOAT16:
+        # numpy adds half precision up in single precision and rounds once at the end:
+        # a float16 accumulator stops growing at 2048 (a sum of 3000 ones)
+        return cast(Reduce(combiner, body, over, dtypes.FLOAT32, fast_math, strict), acc)
     return Reduce(combiner, body, over, acc, fast_math, strict)
 
 
@@ -494,7 +518,13 @@ def _extreme(combiner, pairwise, body, over, dtype, fast_math, initial):
     if initial is None:
         return _reduction(combiner, body, over, dtype, fast_math)
     red = _reduction(combiner, body, over, dtype, fast_math, strict=False)
-    return pairwise(red, initial)
+    initial = as_expr(initial)
+    if _weak_int_out_of_range(initial, red.dtype):
+        raise OverflowError(f"{combiner}: initial={initial.value} is out of bounds for "
+                            f"the {red.dtype} result")
+    # numpy casts initial= to the reduction's dtype (np.max(int8s, initial=1.5) is an
+    # int8 at least 1), it does not promote the result
+    return pairwise(red, cast(initial, red.dtype))
 
 
 def argmax(body, over=None, dtype=None):

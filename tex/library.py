@@ -61,6 +61,12 @@ def clip(x, a_min=None, a_max=None):
     if a_min is None and a_max is None:
         raise ValueError("clip: give a_min, a_max or both")
     out = as_expr(x)
+    if out.dtype.kind in "iu":
+        # numpy's clip drops a Python int bound beyond the integer type's range (a
+        # uint8 clipped below at -3), where maximum() would refuse it
+        info = np.iinfo(out.dtype)
+        a_min = None if type(a_min) is int and a_min <= info.min else a_min
+        a_max = None if type(a_max) is int and a_max >= info.max else a_max
     if a_min is not None:
         out = maximum(out, a_min)
     if a_max is not None:

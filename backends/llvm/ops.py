@@ -33,15 +33,30 @@ def _binary(int_op, float_op, bool_op, uint_op=None):
 
 def _compare(op):
     def emit(cg, e, a, b):
-        kind = _kind(e.args[0].dtype)
+        kind, other = _kind(e.args[0].dtype), _kind(e.args[1].dtype)
         if kind == "float":
             if op == "!=":
                 return cg.b.fcmp_unordered(op, a, b)
             return cg.b.fcmp_ordered(op, a, b)
-        if kind == "int":
+        if kind == other == "int":
             return cg.b.icmp_signed(op, a, b)
+        if {kind, other} == {"int", "uint"}:
+            return _mixed_sign_compare(cg.b, op, a, b, signed_left=kind == "int")
         return cg.b.icmp_unsigned(op, a, b)
     return emit
+
+
+def _mixed_sign_compare(b, op, x, y, signed_left):
+    """int64 against uint64 (numpy resolves such comparisons to these two types and
+    compares the values exactly): a negative signed side is below every unsigned value,
+    else both compare as unsigned."""
+    signed = x if signed_left else y
+    negative = b.icmp_signed("<", signed, ir.Constant(signed.type, 0))
+    unsigned = b.icmp_unsigned(op, x, y)
+    below = ("<", "<=", "!=") if signed_left else (">", ">=", "!=")
+    if op in below:                                 # true whenever the signed side < 0
+        return b.or_(negative, unsigned)
+    return b.and_(b.not_(negative), unsigned)       # false whenever it is < 0
 
 
 def _zero_guarded(cg, dt, b_val, compute):
@@ -100,6 +115,13 @@ def _float_divmod(cg, dt, a, d):
 def _divmod_op(which):
     def emit(cg, e, a, d):
         dt = e.args[0].dtype
+        if dt == np.float16:
+            # numpy's npy_half_divmod: in single precision, rounded once to half (in
+            # half precision the quotient is rounded before it is floored: 1 ulp off)
+            single = ir.FloatType()
+            wide = _float_divmod(cg, np.dtype("float32"), cg.b.fpext(a, single),
+                                 cg.b.fpext(d, single))[which]
+            return cg.b.fptrunc(wide, a.type)
         if _kind(dt) == "float":
             return _float_divmod(cg, dt, a, d)[which]
         return _zero_guarded(cg, dt, d, lambda safe: _int_divmod(cg, dt, a, safe)[which])
@@ -114,7 +136,9 @@ def _power(cg, e, a, b):
 
 
 def _ipow_function(cg, dt):
-    """`iN tex.ipow.iN(iN base, iN exp)`: power by squaring, wrapping; exp < 0 gives 0."""
+    """`iN tex.ipow.iN(iN base, iN exp)`: power by squaring, wrapping. A negative exponent
+    (numpy raises; tex refuses a constant one, expr.op) gives the integer part of the
+    true value: 1 for a base of 1, +-1 for -1, else 0."""
     ty = value_type(dt)
     name = f"tex.ipow.{_kind(dt)}{ty.width}"
     fn = cg.module.globals.get(name)
@@ -142,7 +166,15 @@ def _ipow_function(cg, dt):
     n.add_incoming(b.lshr(n, ir.Constant(ty, 1)), body)
     b.branch(head)
     b.position_at_end(done)
-    b.ret(b.select(neg, ir.Constant(ty, 0), r))
+    # base**-n truncated toward zero: 1 for a base of 1, +-1 (exp's parity) for -1, else 0
+    unit = b.icmp_unsigned("<=", b.add(base, ir.Constant(ty, 1)), ir.Constant(ty, 2)) \
+        if _kind(dt) == "int" else ir.Constant(I1, 0)
+    odd_exp = b.trunc(exp, I1)
+    unit_power = b.select(b.and_(b.icmp_signed("<", base, ir.Constant(ty, 0)), odd_exp),
+                          ir.Constant(ty, -1), ir.Constant(ty, 1))
+    negative_power = b.select(b.and_(unit, b.icmp_unsigned("!=", base, ir.Constant(ty, 0))),
+                              unit_power, ir.Constant(ty, 0))
+    b.ret(b.select(neg, negative_power, r))
     return fn
 
 

@@ -21,6 +21,7 @@ import sympy as sp
 
 from tex.dag import DiGraph, is_acyclic, topological_order
 from tex.expr import Access, Index, walk as walk_expr
+from tex.indices import format_size
 from tex.tensor import Definition
 
 
@@ -42,7 +43,7 @@ def consumer_map(consumer, root, members):
         for axis, (ix, own_index) in enumerate(zip(a.index, m.indices)):
             ix = sp.sympify(ix)
             if not isinstance(ix, Index) or ix not in own:
-                return (f"{consumer.name} reads {m.name}[{', '.join(map(str, a.index))}]: "
+                return (f"{consumer.name} reads {m.name}[{', '.join(map(format_size, a.index))}]: "
                         f"dimension {axis} is not a plain index of {consumer.name} (an "
                         "offset or expression reads elements other tiles compute)")
             target = members[m][own_index]
@@ -207,7 +208,7 @@ def slice_plan(consumer, root):
                                        for n, v in enumerate(values)):
             raise ValueError
     except (ValueError, TypeError):
-        return (f"{consumer.name}'s offsets into {root.name} ({', '.join(map(str, values))}) "
+        return (f"{consumer.name}'s offsets into {root.name} ({', '.join(map(format_size, values))}) "
                 "are not evenly spaced and ordered")
     x = plain[ax]
     extent = consumer.extents[x]

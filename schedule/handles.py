@@ -114,7 +114,8 @@ class StageHandle:
         self._store(state)
         for step in steps:
             self._record(step)
-        if self.specializations and not sched._in_auto and not self._told_general:
+        if self.specializations and not (sched._in_auto or sched._replaying) \
+                and not self._told_general:
             self._told_general = True
             names = ", ".join(f"s[{sp_.name!r}]" for sp_ in self.specializations[:3])
             more = ", ..." if len(self.specializations) > 3 else ""

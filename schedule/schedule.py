@@ -23,7 +23,7 @@ from .ir import Buffer, Kernel, Loop, LoopKind, Scope, walk
 from .printer import format_nest
 from .stage import initial_state, lower_stage
 from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, Rewrite, SetKind,
-                    Specialize, Split, SplitK, SplitParts, Unfuse, from_json, to_json)
+                    Specialize, Split, SplitK, SplitParts, Unfuse, as_steps, to_json)
 from . import fusion
 from .nests import finish, nests_of
 from .vectorize import vector_refusal
@@ -53,6 +53,7 @@ class Schedule:
         self._history = []          # steps, and handles.Deferred in place of a deferred
         #                             specialization's steps
         self._in_auto = False       # auto_schedule running: its deferred specializations wait
+        self._replaying = False     # replay running: steps of a history, warned about once
 
     def _adopt(self, program):
         self.program = program
@@ -370,40 +371,45 @@ class Schedule:
 
     def replay(self, steps):
         """Apply step records (or their JSON) to this schedule, resolving loops by name."""
-        if isinstance(steps, str):
-            steps = from_json(steps)
-        for st in steps:
-            if isinstance(st, Rewrite):
-                self.rewrite()
-                continue
-            if isinstance(st, NotFused):
-                self._not_fusing(st.stage, st.into, st.why)
-                continue
-            stage = self[st.stage]
-            if isinstance(st, Split):
-                stage.split(st.loop, st.factor, st.tail)
-            elif isinstance(st, Reorder):
-                stage.reorder(*st.loops)
-            elif isinstance(st, SplitK):
-                stage.split_k(st.loop, self._parts(st.parts))
-            elif isinstance(st, SplitParts):
-                stage.split_parts(st.loop, self._parts(st.parts))
-            elif isinstance(st, Privatize):
-                stage.privatize(st.loop)
-            elif isinstance(st, Pack):
-                stage.pack(st.tensor, st.at, st.layout)
-            elif isinstance(st, ComputeAt):
-                stage.compute_at(st.consumer, st.at)
-            elif isinstance(st, Fuse):
-                self.fuse(st.stage, into=st.into)
-            elif isinstance(st, Unfuse):
-                self.unfuse(st.stage)
-            elif isinstance(st, SetKind):
-                stage._kind(st.loop, LoopKind(st.kind), st.tail)
-            elif isinstance(st, Specialize):
-                names = {str(x): x for x in list(self.program.sizes) + list(self.program.params)}
-                stage.specialize(sp.sympify(st.condition, locals=names))
+        self._replaying = True          # (steps the user saw warnings for once)
+        try:
+            for st in as_steps(steps):
+                self._replay_step(st)
+        finally:
+            self._replaying = False
         return self
+
+    def _replay_step(self, st):
+        if isinstance(st, Rewrite):
+            self.rewrite()
+            return
+        if isinstance(st, NotFused):
+            self._not_fusing(st.stage, st.into, st.why)
+            return
+        stage = self[st.stage]
+        if isinstance(st, Split):
+            stage.split(st.loop, st.factor, st.tail)
+        elif isinstance(st, Reorder):
+            stage.reorder(*st.loops)
+        elif isinstance(st, SplitK):
+            stage.split_k(st.loop, self._parts(st.parts))
+        elif isinstance(st, SplitParts):
+            stage.split_parts(st.loop, self._parts(st.parts))
+        elif isinstance(st, Privatize):
+            stage.privatize(st.loop)
+        elif isinstance(st, Pack):
+            stage.pack(st.tensor, st.at, st.layout)
+        elif isinstance(st, ComputeAt):
+            stage.compute_at(st.consumer, st.at)
+        elif isinstance(st, Fuse):
+            self.fuse(st.stage, into=st.into)
+        elif isinstance(st, Unfuse):
+            self.unfuse(st.stage)
+        elif isinstance(st, SetKind):
+            stage._kind(st.loop, LoopKind(st.kind), st.tail)
+        elif isinstance(st, Specialize):
+            names = {str(x): x for x in list(self.program.sizes) + list(self.program.params)}
+            stage.specialize(sp.sympify(st.condition, locals=names))
 
     def _parts(self, parts):
         """A recorded split_k part count (steps.recorded_parts) as split_k takes it."""

@@ -1,8 +1,10 @@
 """A schedule's history: frozen step records, one per primitive applied, serialised to
 JSON and replayed by name (Schedule.replay). `repr(step)` is valid Python."""
+import dataclasses
 import json
 from dataclasses import asdict, dataclass
 
+from tex.errors import ScheduleError
 from tex.expr import AutoParts, Param
 
 
@@ -116,5 +118,36 @@ def to_json(steps):
     return json.dumps([{"step": type(s).__name__, **asdict(s)} for s in steps])
 
 
-def from_json(text):
-    return [STEPS[d.pop("step")](**d) for d in json.loads(text)]
+_LOOKS_LIKE = ('a record looks like {"step": "Split", "stage": "C", "loop": "i", "factor": '
+               '32, "tail": "peel"} (what s.history_json() writes)')
+
+
+def as_steps(steps):
+    """Step records from s.history (a list of them), s.history_json()'s text or a list of
+    its dicts, or a ScheduleError that says which record is wrong and how."""
+    if isinstance(steps, str):
+        try:
+            steps = json.loads(steps)
+        except json.JSONDecodeError as err:
+            raise ScheduleError(f"replay: the text is not JSON ({err}); it takes s.history "
+                                "or s.history_json()") from None
+    if not isinstance(steps, (list, tuple)):
+        raise ScheduleError(f"replay takes s.history (a list of steps) or "
+                            f"s.history_json(), not {type(steps).__name__}")
+    return [_as_step(n, st) for n, st in enumerate(steps)]
+
+
+def _as_step(n, record):
+    if isinstance(record, tuple(STEPS.values())):
+        return record
+    if not isinstance(record, dict) or record.get("step") not in STEPS:
+        what = record.get("step") if isinstance(record, dict) else record
+        raise ScheduleError(f"replay: step {n} ({what!r}) is not a step record; "
+                            f"{_LOOKS_LIKE}; the steps are {', '.join(STEPS)}")
+    cls, fields = STEPS[record["step"]], {k: v for k, v in record.items() if k != "step"}
+    try:
+        return cls(**fields)
+    except TypeError as err:
+        names = ", ".join(f.name for f in dataclasses.fields(cls))
+        raise ScheduleError(f"replay: step {n} ({record['step']}): {err}; its fields are "
+                            f"{names}") from None

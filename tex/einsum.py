@@ -403,6 +403,8 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
         subscripts = subscripts.decode("ascii")
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
+    if dtype is not None:
+        dtype = np.dtype(dtype)         # (numpy's error for what is not a dtype)
     if any(isinstance(a, Tensor) for a in operands):
         _refuse_data_among_tensors(operands)
         if out is not None:

@@ -5,6 +5,7 @@ Invariants (sizes and indices: tex/indices.py):
 - Expression nodes are immutable. Their `==` builds a comparison (as numpy's does), so
   compiler code compares nodes with `is` and keys dictionaries by `id` or by node identity.
 """
+import functools
 import operator
 
 import numpy as np
@@ -149,6 +150,10 @@ class Reduce(Expr):
 
 
 def some_indices(t):
+    """What goes between the brackets of an element of `t`: `i, j`; `()` for a 0-d
+    tensor (`S[()]`: `S[]` is not Python)."""
+    if not t.shape:
+        return "()"
     return ", ".join("ijklmn"[:len(t.shape)]) if len(t.shape) <= 6 else "i, j, ..."
 
 
@@ -489,6 +494,21 @@ def _numpy_sum_dtype(dt):
     return dt
 
 
+def numpy_reduction_keywords(fn):
+    """Refuse numpy's axis=/keepdims=/out=/where= on a reduction over indices with the
+    tex spelling (they reached Python's "unexpected keyword argument")."""
+    @functools.wraps(fn)
+    def reduction(*args, **kwargs):
+        numpy_only = [k for k in ("axis", "keepdims", "out", "where") if k in kwargs]
+        if numpy_only:
+            raise TypeError(f"tex.{fn.__name__} reduces over indices, not axes: "
+                            f"tex.{fn.__name__}(X[i, j], over=j); {numpy_only[0]}= is "
+                            f"numpy's (on arrays: np.{fn.__name__}(a, axis=1), or tex.einsum)")
+        return fn(*args, **kwargs)
+    return reduction
+
+
+@numpy_reduction_keywords
 def sum(body, over=None, dtype=None, fast_math=True):  # noqa: A001 - the public name is tex.sum
     """The sum of `body` over the index or tuple of indices `over`:
     `tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k))`. `dtype` is the
@@ -498,17 +518,20 @@ def sum(body, over=None, dtype=None, fast_math=True):  # noqa: A001 - the public
     return _reduction("sum", body, over, dtype, fast_math)
 
 
+@numpy_reduction_keywords
 def prod(body, over=None, dtype=None, fast_math=True):
     """The product of `body` over `over` (see tex.sum)."""
     return _reduction("prod", body, over, dtype, fast_math)
 
 
+@numpy_reduction_keywords
 def max(body, over=None, dtype=None, fast_math=True, initial=None):  # noqa: A001
     """The maximum over `over`; an empty range is refused as numpy does, unless an
     `initial` value is given (numpy's `initial=`: the result is at least it)."""
     return _extreme("max", maximum, body, over, dtype, fast_math, initial)
 
 
+@numpy_reduction_keywords
 def min(body, over=None, dtype=None, fast_math=True, initial=None):  # noqa: A001
     """The minimum over `over` (see `max`)."""
     return _extreme("min", minimum, body, over, dtype, fast_math, initial)
@@ -527,6 +550,7 @@ def _extreme(combiner, pairwise, body, over, dtype, fast_math, initial):
     return pairwise(red, cast(initial, red.dtype))
 
 
+@numpy_reduction_keywords
 def argmax(body, over=None, dtype=None):
     """The position of the maximum of `body` along `over` (int64, the first on ties and
     at a NaN, as numpy.argmax): `tex.compute("P", (i,), tex.argmax(L[i, j], over=j))`.
@@ -534,6 +558,7 @@ def argmax(body, over=None, dtype=None):
     return _reduction("argmax", body, over, dtype, True)
 
 
+@numpy_reduction_keywords
 def argmin(body, over=None, dtype=None):
     """The position of the minimum of `body` along `over` (see tex.argmax)."""
     return _reduction("argmin", body, over, dtype, True)
@@ -642,7 +667,7 @@ def _format(e):
         v = e.value
         return const_text(e), (7 if isinstance(v, (int, float)) and v < 0 else _ATOM)
     if isinstance(e, Access):
-        return f"{e.tensor.name}[{', '.join(map(format_size, e.index))}]", _ATOM
+        return f"{e.tensor.name}[{', '.join(map(format_size, e.index)) or '()'}]", _ATOM
     if isinstance(e, IndexValue):
         prec = 5 if isinstance(e.expr, sp.Add) else 6 if isinstance(e.expr, sp.Mul) else _ATOM
         return format_size(e.expr), prec
@@ -669,7 +694,8 @@ def _format(e):
         if e.name == "cast":
             if _weak_kind(e.args[0]) is not None:     # an implicit promotion: N, 1.0
                 return args[0]
-            return f"{format_expr(e.args[0])}.astype({e.dtype.name})", _ATOM
+            (t, p), = args
+            return f"{t if p >= _ATOM else f'({t})'}.astype({e.dtype.name})", _ATOM
         name = {"absolute": "abs", "rint": "round"}.get(e.name, e.name)
         return f"{name}({', '.join(t for t, _ in args)})", _ATOM
     return repr(e), _ATOM

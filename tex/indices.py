@@ -316,6 +316,10 @@ def _split_names(names, what=None):
     """"M N K" (or a list) -> names; for tex.sizes / tex.indices (`what`), each an
     identifier, each once (two indices named p in one call printed alike: E[p, p] read
     as a diagonal and was a copy)."""
+    if not isinstance(names, (str, list, tuple)):
+        example = '"i j"' if what == "indices" else '"M N"'
+        raise TypeError(f"tex.{what or 'sizes'} takes names (a string like {example} or a list "
+                        f"of strings), not {names!r}")
     out = names.replace(",", " ").split() if isinstance(names, str) else list(names)
     if not out:
         raise ValueError("expected at least one name")
@@ -341,16 +345,17 @@ def affine_terms(expr, where):
     for x in sorted(idx, key=lambda s: s.dummy_index):
         c = expr.coeff(x)
         if not c.is_Integer:
-            raise ValueError(f"{where}: index expression {expr} is not affine in {x} "
-                             f"(coefficient {c} is not an integer)")
+            raise ValueError(f"{where}: index expression {format_size(expr)} is not affine "
+                             f"in {x} (coefficient {format_size(c)} is not an integer)")
         coeffs[x] = int(c)
         offset = offset - c * x
     offset = sp.expand(offset)
     if index_symbols(offset):
-        raise ValueError(f"{where}: index expression {expr} is not affine in the indices")
+        raise ValueError(f"{where}: index expression {format_size(expr)} is not affine in "
+                         "the indices")
     if offset.is_integer is not True:
-        raise ValueError(f"{where}: index expression {expr} is not an integer: "
-                         f"{_floor_hint(offset)}")
+        raise ValueError(f"{where}: index expression {format_size(expr)} is not an "
+                         f"integer: {_floor_hint(offset)}")
     return coeffs, offset
 
 
@@ -359,9 +364,9 @@ def _floor_hint(e):
     num, den = sp.fraction(sp.together(e))
     if den == 1:
         return f"{e} is not an integer size expression"
-    text = f"({num})" if isinstance(num, sp.Add) else str(num)
-    dtext = f"({den})" if not (den.is_Atom) else str(den)
-    return f"sizes divide with //: write {text} // {dtext}, not {e}"
+    text = f"({format_size(num)})" if isinstance(num, sp.Add) else format_size(num)
+    dtext = f"({format_size(den)})" if not (den.is_Atom) else format_size(den)
+    return f"sizes divide with //: write {text} // {dtext}, not {format_size(e)}"
 
 
 def as_size(d, where):
@@ -371,7 +376,7 @@ def as_size(d, where):
     except (sp.SympifyError, TypeError):
         raise TypeError(f"{where}: {d!r} is not an integer or size expression") from None
     if isinstance(d, sp.Basic) and d.is_number and not d.is_Integer:
-        raise ShapeError(f"{where}: {d} is not an integer")
+        raise ShapeError(f"{where}: {format_size(d)} is not an integer")
     if d.is_integer is not True:
         raise ValueError(f"{where}: {_floor_hint(d)}")
     return d
@@ -436,6 +441,9 @@ class _SizePrinter(StrPrinter):
                 out += f" + {self.parenthesize(t, PRECEDENCE['Add'])}"
         return out
 
+    def _print_Float(self, e):        # 1.5, not sympy's 1.50000000000000
+        return repr(float(e))
+
     def _print_floor(self, e):
         num, den = sp.fraction(sp.together(e.args[0]))
         if den == 1:
@@ -488,6 +496,13 @@ def _is_quotient(e):
     """Does `e` print as `a // b` or `a % b` (which bind as a product does)?"""
     return isinstance(e, sp.Mod) or \
         isinstance(e, sp.floor) and sp.fraction(sp.together(e.args[0]))[1] != 1
+
+
+def size_template(e):
+    """`M = %d` for a %-template that gives a size's value at a call (`%d` alone when
+    the size is a number: `3 = 3` said nothing)."""
+    e = sp.sympify(e)
+    return "%d" if e.is_number else f"{format_size(e).replace('%', '%%')} = %d"
 
 
 def format_size(e):

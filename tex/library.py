@@ -17,7 +17,8 @@ import sympy as sp
 
 from . import dtypes
 from .expr import (abs as abs_, as_expr, cast, elementwise_doc, exp, log, max as max_, maximum,
-                   minimum, op, reduction_operands, sqrt, sum as sum_, where)
+                   minimum, numpy_reduction_keywords, op, reduction_operands, sqrt, sum as sum_,
+                   where)
 from .tensor import index_extents
 
 
@@ -121,6 +122,7 @@ def _result(value, body, dtype):
     return cast(value, np.float16) if dtype is None and body.dtype == np.float16 else value
 
 
+@numpy_reduction_keywords
 def mean(body, over, dtype=None):
     """`tex.mean(X[i, j], over=j)`: the sum over `over` divided by its element count
     (numpy's `mean`: integers average in float64; an empty range gives NaN)."""
@@ -130,6 +132,7 @@ def mean(body, over, dtype=None):
     return _result(sum_(body, over, dtype=acc) / n, body, dtype)
 
 
+@numpy_reduction_keywords
 def var(body, over, ddof=0, dtype=None):
     """numpy's `var`: the mean of squared deviations from the mean, divided by
     `max(n - ddof, 0)` instead of n."""
@@ -141,6 +144,7 @@ def var(body, over, ddof=0, dtype=None):
     return _result(sum_(dev * dev, over, dtype=acc) / count, body, dtype)
 
 
+@numpy_reduction_keywords
 def std(body, over, ddof=0, dtype=None):
     """numpy's `std`: the square root of `var`."""
     body, over = reduction_operands("std", body, over)
@@ -148,6 +152,7 @@ def std(body, over, ddof=0, dtype=None):
     return _result(sqrt(v), body, dtype)
 
 
+@numpy_reduction_keywords
 def logsumexp(body, over):
     """scipy's `logsumexp`: log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m
     the maximum (0 where the maximum is infinite, so all -inf gives -inf, an empty range
@@ -159,6 +164,7 @@ def logsumexp(body, over):
     return log(sum_(exp(x - shift), over)) + shift
 
 
+@numpy_reduction_keywords
 def softmax(body, over):
     """scipy's `softmax`: exp(x - max) / sum(exp(x - max)), an expression indexed like
     its argument (`tex.softmax(S[i, j], over=j)` is indexed by i and j)."""

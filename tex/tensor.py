@@ -18,6 +18,7 @@ import itertools
 import secrets
 import weakref
 
+import numpy as np
 import sympy as sp
 
 from . import dtypes
@@ -35,6 +36,12 @@ class Tensor:
 
     def __init__(self, name, shape, dtype):
         self.name = argument_name(name, "tensor")
+        if isinstance(shape, str):
+            raise TypeError(f"tensor {name}: the shape is a tuple of sizes, not the string "
+                            f"{shape!r}: tex.tensor({name!r}, (M, K)) with M, K = "
+                            "tex.sizes('M K')")
+        if not isinstance(shape, (tuple, list)):
+            shape = (shape,)            # numpy's habit: np.zeros(5) is np.zeros((5,))
         self.shape = tuple(_as_extent(d, f"tensor {name}") for d in shape)
         self.dtype = dtypes.as_dtype(dtype, f"tensor {name}")
 
@@ -43,9 +50,20 @@ class Tensor:
         return len(self.shape)
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        args = ", ".join(f"{x.name}[{some_indices(x)}]" if isinstance(x, Tensor) else "..."
-                         for x in inputs)
-        raise TypeError(without_indices(self, f"np.{ufunc.__name__}({args})"))
+        element = f"{self.name}[{some_indices(self)}]"
+        if method in ("reduce", "accumulate", "reduceat", "outer", "at"):
+            # np.sum(A) is np.add.reduce(A), np.max(A) np.maximum.reduce(A)
+            combiner = {"add": "sum", "multiply": "prod", "maximum": "max",
+                        "minimum": "min"}.get(ufunc.__name__, "sum")
+            over = some_indices(self).split(", ")[-1]
+            spelling = f"tex.{combiner}({element}, over={over})" if self.shape else element
+        elif ufunc.__name__ == "matmul":
+            spelling = "tex.sum(A[i, k] * B[k, j], over=k)"
+        else:
+            spelling = f"np.{ufunc.__name__}(" + ", ".join(
+                f"{x.name}[{some_indices(x)}]" if isinstance(x, Tensor) else "..."
+                for x in inputs) + ")"
+        raise TypeError(without_indices(self, spelling))
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
@@ -62,11 +80,23 @@ class Tensor:
             if isinstance(ix, str):     # (sympify would make a plain symbol of "i")
                 raise TypeError(f"tensor {self.name}, dimension {axis}: the string {ix!r} "
                                 f"is not an index: make indices with tex.indices({ix!r})")
+            if isinstance(ix, (list, tuple, np.ndarray)):
+                kind = "an array" if isinstance(ix, np.ndarray) else f"a {type(ix).__name__}"
+                raise TypeError(f"tensor {self.name}, dimension {axis}: {kind} of positions "
+                                "is not an index expression: tex has no gathers (numpy's "
+                                "fancy indexing); each dimension takes an index "
+                                "(tex.indices), an integer or an affine expression of them")
+            if isinstance(ix, (float, np.floating)):
+                raise TypeError(f"tensor {self.name}, dimension {axis}: {ix!r} is a float; "
+                                "an index is an integer, an index or an affine expression "
+                                "of them (N // 2, not N / 2)")
             try:
                 ix = sp.sympify(ix)
             except (sp.SympifyError, TypeError):
-                raise TypeError(f"tensor {self.name}, dimension {axis}: {ix!r} is not an "
-                                "index expression") from None
+                ix = None
+            if not isinstance(ix, sp.Expr):
+                raise TypeError(f"tensor {self.name}, dimension {axis}: {index[axis]!r} is "
+                                "not an index expression") from None
             affine_terms(ix, f"tensor {self.name}, dimension {axis}")
             norm.append(ix)
         return Access(self, norm)
@@ -132,7 +162,7 @@ class Definition(Tensor):
     def _repr_html_(self):
         return _definition_html(self)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         """`C(a, b)`: compile C with the default schedule (once: the compiled function
         is kept while C lives) and call it; inputs in the order `repr(C.compiled)` and the
         notebook display show (first use), or by name."""
@@ -243,9 +273,9 @@ def _as_extent(d, where):
     except (sp.SympifyError, TypeError):
         raise TypeError(f"{where}: extent {d!r} is not an integer or size expression") from None
     if index_symbols(e):
-        raise ValueError(f"{where}: extent {e} uses a loop index")
+        raise ValueError(f"{where}: extent {format_size(e)} uses a loop index")
     if e.is_number and (not e.is_Integer or e < 0):
-        raise ShapeError(f"{where}: extent {e} is not a non-negative integer")
+        raise ShapeError(f"{where}: extent {format_size(e)} is not a non-negative integer")
     return as_size(e, f"{where}, extent")
 
 
@@ -276,8 +306,13 @@ def index_extents(where, expr, wanted):
         for axis, ix in enumerate(node.index):
             where_ix = f"{where}: tensor {node.tensor.name}, dimension {axis}"
             coeffs, offset = affine_terms(ix, where_ix)
+            if offset.is_number and offset < 0 and not coeffs:
+                last = format_size(node.tensor.shape[axis] + offset)
+                raise ShapeError(f"{where_ix}: index {ix} is negative: tex does not count from "
+                                 f"the end as numpy does; write {last} for that element")
             if offset.is_number and offset < 0:
-                raise ShapeError(f"{where_ix}: index {ix} is negative at the start of its range")
+                raise ShapeError(f"{where_ix}: index {format_size(ix)} is negative at the "
+                                 "start of its range")
             if any(c <= 0 for c in coeffs.values()):
                 if len(coeffs) == 1:
                     raise ShapeError(f"{where_ix}: index {ix} must increase with "

@@ -23,7 +23,7 @@ import numpy as np
 from tex.combiners import COMBINERS
 from tex.errors import ShapeError
 from tex.expr import AutoParts
-from tex.indices import format_size
+from tex.indices import format_size, size_template
 from tex.layout import SMALL
 from tex.program import as_program, check_fast_math
 
@@ -395,13 +395,13 @@ def _make_caller(sig, variants=False):
         cond = " and ".join(f"{pyexpr(x, names)} > 0" for x in exts) or "True"
         if largest is not None:
             g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: the index reaches "
-                                 f"{largest} = %d, but the dimension {dim} is %d")
+                                 f"{size_template(largest)}, past the end ({size_template(dim)})")
             L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
                      f"raise _ShapeError(_acc_msg{n} % ({pyexpr(largest, names)}, "
                      f"{pyexpr(dim, names)}))")
         if smallest is not None:
             g[f"_acc_low{n}"] = (f"tensor {t.name}, dimension {axis}: the index goes down "
-                                 f"to {smallest} = %d, below 0")
+                                 f"to {size_template(smallest)}, below 0")
             L.append(f"    if {cond} and {pyexpr(smallest, names)} < 0: "
                      f"raise _ShapeError(_acc_low{n} % ({pyexpr(smallest, names)},))")
     for d in program.definitions:
@@ -487,7 +487,10 @@ def _coerce(sig, pos, a):
     if not isinstance(a, (np.ndarray, np.generic)) and arr.dtype.kind in _KIND_RANK \
             and t.dtype.kind in _KIND_RANK \
             and (arr.size == 0 or _KIND_RANK[arr.dtype.kind] <= _KIND_RANK[t.dtype.kind]):
-        return np.asarray(a, dtype=t.dtype)
+        try:
+            return np.asarray(a, dtype=t.dtype)
+        except OverflowError as err:
+            raise OverflowError(f"tensor {t.name}: {err}") from None
     casting = sig.casting
     if not np.can_cast(arr.dtype, t.dtype, casting):
         fix = f"convert it with a.astype(np.{t.dtype.name})"
@@ -566,7 +569,7 @@ def _rank_error(sig, arrays):
 def _dim_error(sig, pos, axis, got, expected):
     t = sig.program.inputs[pos]
     return ShapeError(f"tensor {t.name}, dimension {axis}: expected "
-                      f"{format_size(t.shape[axis])} = {expected}, got {got}")
+                      f"{size_template(t.shape[axis]) % expected}, got {got}")
 
 
 def _prepare_out(sig, out, shapes, inputs):

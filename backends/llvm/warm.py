@@ -61,7 +61,8 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
     Fortran-ordered or transposed operand runs as the einsum of its row-major
     transpose (tex/layout.py)."""
     if len(operands) == 1 and out is None and dtype is None and \
-            operands[0].__class__ is _ndarray and _relabels(subscripts):
+            operands[0].__class__ is _ndarray and subscripts.__class__ is str and \
+            _relabels(subscripts):
         # numpy gives a view (np.einsum("ii->i", a)[:] = 0 sets a's diagonal)
         return np.einsum(subscripts, operands[0], casting=casting, order=order)
     if (subscripts.__class__ is str and dtype is None and casting == "safe"

@@ -128,3 +128,13 @@ def test_call_time_messages_say_each_value_once():
     Z = tex.tensor("Z", (N,), "int32")
     with pytest.raises(OverflowError, match="^tensor Z: Python integer"):
         tex.compute("D", (i,), Z[i] * 2)([1, 2, 2**40])
+
+
+def test_two_indices_of_one_name_in_a_definition():
+    # it printed as a diagonal, and a replayed schedule split the other loop
+    X = tex.tensor("X", (M, N), "float32")
+    i2 = tex.indices("i")
+    with pytest.raises(ValueError, match="two different indices are named i"):
+        tex.compute("D", (i, i2), X[i, i2] * 2)
+    with pytest.raises(ValueError, match="two different indices are named i"):
+        tex.compute("D", (i,), tex.sum(X[i, i2], over=i2))

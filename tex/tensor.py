@@ -237,12 +237,25 @@ def compute(name, out_indices, expr):
         names = ", ".join(sorted(map(str, missing)))
         raise ValueError(f"compute {name}: index {names} is used in the body but is neither "
                          "an output index nor reduced (over=)")
+    _one_index_a_name(name, out_indices, expr)
     lifted = _lift_nested_reductions(name, out_indices, expr)
     extents = infer_extents(name, out_indices, lifted)
     d = Definition(name, out_indices, lifted, extents)
     if lifted is not expr:
         d.written = expr
     return d
+
+
+def _one_index_a_name(name, out_indices, expr):
+    """Refuse two index objects of one name in a definition: it printed as a diagonal
+    (`D[i, i] = X[i, i]`), and a schedule's steps, recorded and replayed by loop name
+    (copies, pickles, workers, the tuning database), went to the other loop."""
+    named = {}
+    for x in list(out_indices) + sorted(expr_indices(expr), key=lambda s: s.dummy_index):
+        if named.setdefault(x.name, x) is not x:
+            raise ValueError(f"compute {name}: two different indices are named {x.name} "
+                             f"(tex.indices({x.name!r}) made twice?): use one object for "
+                             "one index, or give them different names")
 
 
 def _lift_nested_reductions(name, out_indices, expr):

@@ -6,7 +6,6 @@ Invariants (sizes and indices: tex/indices.py):
   compiler code compares nodes with `is` and keys dictionaries by `id` or by node identity.
 """
 import functools
-import operator
 
 import numpy as np
 import sympy as sp
@@ -315,9 +314,6 @@ def _resolve(ufunc, name, operands):
 
 
 _COMPARISONS = {"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"}
-_PYTHON_COMPARISONS = {"less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
-                       "greater_equal": operator.ge, "equal": operator.eq,
-                       "not_equal": operator.ne}
 
 
 def _compare_beyond_range(ufunc, args):
@@ -325,7 +321,7 @@ def _compare_beyond_range(ufunc, args):
     answers it exactly, and the answer is the same for every element (an int above the
     type's range is above every element)."""
     if all(isinstance(a, Const) for a in args):
-        return Const(_PYTHON_COMPARISONS[ufunc.__name__](*(a.value for a in args)))
+        return Const(bool(ufunc(*(np.array(a.value, dtype=object) for a in args))))
     stand_in = [(np.inf if a.value > 0 else -np.inf) if _is_weak(a) and type(a.value) is int
                 else 0.0 for a in args]
     # the same answer everywhere, as an expression of the integer operand, which keeps

@@ -287,3 +287,47 @@ def test_chunks_a_graph_cannot_be_built_on_are_refused_by_name():
     f = tex.compile(tex.compute("R", (i,), tex.sum(X[i, j], over=j)))
     with pytest.raises(ValueError, match="input X has chunks of unknown size"):
         f(masked)
+
+
+# ---------------------------------------------------------------- a review's findings
+# (the threaded scheduler: the graph, not the cluster, is what they are about)
+
+def test_float16_parts_are_summed_in_float32():
+    # each chunk's sum rounded to float16: 1024 + 1024 + 0.5 - 1024 - 1024 + 0.5 in
+    # chunks of 3 gave 0, numpy 50
+    x = np.tile(np.array([1024, 1024, 0.5, -1024, -1024, 0.5], np.float16), 50)
+    got = tex.einsum("i->", da.from_array(x, chunks=3)).compute(scheduler="threads")
+    assert got.dtype == np.float16 and got == np.einsum("i->", x) == 50
+    h = np.random.default_rng(0).standard_normal((40, 300)).astype(np.float16)
+    got = tex.einsum("ik,kj->ij", da.from_array(h, chunks=(40, 7)),
+                     da.from_array(h.T.copy(), chunks=(7, 40))).compute(scheduler="threads")
+    exact = h.astype(np.float64) @ h.T.astype(np.float64)
+    assert got.dtype == np.float16
+    assert np.abs(got - exact).max() <= np.abs(np.einsum("ik,kj->ij", h, h.T) - exact).max()
+
+
+def test_argmax_over_blocks_with_empty_rows():
+    X = tex.tensor("X", (M, N), "float64")
+    f = tex.compile(tex.compute("R", (i,), tex.argmax(X[i, j], over=j)))
+    x = da.from_array(np.arange(24.).reshape(6, 4), chunks=2)
+    y = x[x[:, 0] < 8].compute_chunk_sizes()            # chunks ((2, 0, 0), (2, 2))
+    np.testing.assert_array_equal(f(y).compute(scheduler="threads"),
+                                  y.compute().argmax(axis=1))
+    z = da.from_array(np.arange(24.).reshape(4, 6), chunks=((2, 2), (3, 3, 0)))
+    np.testing.assert_array_equal(f(z).compute(scheduler="threads"),
+                                  z.compute().argmax(axis=1))
+    # the same call builds the same graph (its keys named after the tasks, not ids)
+    assert f(x).name == f(x).name
+
+
+def test_dask_operands_of_the_wrong_rank_and_bytes_subscripts():
+    with pytest.raises(ValueError, match="too many subscripts for operand 0"):
+        tex.einsum("ijk->i", da.ones((2, 2), chunks=1))
+    X = tex.tensor("X", (M, N), "float32")
+    f = tex.compile(tex.compute("S", (i,), tex.sum(X[i, j], over=j)))
+    with pytest.raises(tex.ShapeError, match="tensor X has 2 dimensions, the dask array "
+                                             "given for it 1"):
+        f(da.ones((6,), chunks=2, dtype=np.float32))
+    x = da.from_array(np.arange(12.).reshape(3, 4), chunks=2)
+    np.testing.assert_allclose(tex.einsum(b"ij,kj->ik", x, x).compute(scheduler="threads"),
+                               np.einsum("ij,kj->ik", x.compute(), x.compute()))

@@ -29,6 +29,7 @@ import numpy as np
 import sympy as sp
 
 import tex
+from . import dtypes
 from .expr import Access, IndexValue, Reduce, walk
 from .indices import Index
 from .tensor import Definition
@@ -52,21 +53,25 @@ def any_dask(values):
 class EinsumChunk:
     """The task function of an einsum over dask arrays: tex.einsum on one block of each
     operand (its kernel cache compiles once per process and kind), with a size-1 axis
-    in front per contracted label so that dask's blockwise keeps them apart."""
-    __slots__ = ("subscripts", "dtype", "casting", "ncontract")
+    in front per contracted label so that dask's blockwise keeps them apart. `through`: a
+    dtype the blocks are cast to first (float16 partial sums are kept in float32: the
+    operands are rounded to float16 as numpy's einsum rounds them, the sums are not)."""
+    __slots__ = ("subscripts", "dtype", "casting", "ncontract", "through")
 
-    def __init__(self, subscripts, dtype, casting, ncontract):
+    def __init__(self, subscripts, dtype, casting, ncontract, through=None):
         self.subscripts, self.dtype = subscripts, dtype
-        self.casting, self.ncontract = casting, ncontract
+        self.casting, self.ncontract, self.through = casting, ncontract, through
 
     def __getstate__(self):
-        return (self.subscripts, self.dtype, self.casting, self.ncontract)
+        return (self.subscripts, self.dtype, self.casting, self.ncontract, self.through)
 
     def __setstate__(self, state):
-        self.subscripts, self.dtype, self.casting, self.ncontract = state
+        self.subscripts, self.dtype, self.casting, self.ncontract, self.through = state
 
     def __call__(self, *blocks):
         blocks = [_only_block(b) for b in blocks]
+        if self.through is not None:
+            blocks = [np.asarray(b).astype(self.through) for b in blocks]
         r = np.asarray(tex.einsum(self.subscripts, *blocks, dtype=self.dtype,
                                   casting=self.casting))
         return r.reshape((1,) * self.ncontract + r.shape)
@@ -105,10 +110,12 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     inputs, output, ops = parse_einsum_input((subscripts,) + tuple(operands))
     terms = inputs.split(",")
     explicit = f"{inputs}->{output}"
-    _check_einsum_chunks(ops, terms)
-    # numpy's semantics and refusals (dtype=, casting=, sizes) from tex's own program
+    for n, op in enumerate(ops):
+        _check_known_chunks(op, f"tex.einsum: operand {n}")
+    # numpy's semantics and refusals (ranks, dtype=, casting=, sizes) from tex's program
     spec = [(o.shape, o.dtype) for o in ops]
     result = tex.einsum_program(explicit, *spec, dtype=dtype, casting=casting).outputs[0].dtype
+    _check_einsum_chunks(ops, terms)
     contract = sorted(set(inputs.replace(",", "")) - set(output))
     ops = _dask_einsum_rechunk(ops, terms, output, contract)
     pairs = [a for pair in zip(ops, terms) for a in pair]
@@ -122,21 +129,24 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     # the contracted labels lead: the tree sum then adds whole partial blocks (a
     # reduction over the first axis of the stacked parts); trailing, it summed each
     # element's few parts along the last axis, 3x slower than dask's own matmul merge
+    # float16 parts are summed in float32 and rounded once (numpy's rule; rounded per
+    # chunk, 1024 + 1024 + 0.5 - 1024 - 1024 + 0.5 in chunks of 3 summed to 0)
+    acc = dtypes.accumulator(result)
+    chunk = EinsumChunk(explicit, acc if dtype is not None or acc != result else None,
+                        casting, len(contract), result if acc != result else None)
     partial = da.blockwise(
-        EinsumChunk(explicit, result if dtype is not None else None, casting, len(contract)),
-        "".join(contract) + output, *pairs,
-        adjust_chunks=dict.fromkeys(contract, 1), dtype=result, token="tex-einsum",
-        meta=np.empty((0,) * (len(output) + len(contract)), result))
-    if not contract:
-        return partial
+        chunk, "".join(contract) + output, *pairs,
+        adjust_chunks=dict.fromkeys(contract, 1), dtype=acc, token="tex-einsum",
+        meta=np.empty((0,) * (len(output) + len(contract)), acc))
     axes = tuple(range(len(contract)))
     if result.kind == "b":                           # bool sums are OR, as in numpy
         return partial.any(axis=axes, split_every=split_every)
     # the parts are final per task (no chunk step: da.sum's copied each 4 MiB block)
-    merge = _Merge("sum", result)
-    return da.reduction(partial, _keep, merge, axis=axes, dtype=result, combine=merge,
-                        split_every=split_every, concatenate=True, name="tex-einsum-sum",
-                        meta=np.empty((0,) * len(output), result))
+    merge = _Merge("sum", acc)
+    total = da.reduction(partial, _keep, merge, axis=axes, dtype=acc, combine=merge,
+                         split_every=split_every, concatenate=True, name="tex-einsum-sum",
+                         meta=np.empty((0,) * len(output), acc))
+    return total if acc == result else total.astype(result)
 
 
 def _check_known_chunks(a, what):
@@ -146,11 +156,10 @@ def _check_known_chunks(a, what):
 
 
 def _check_einsum_chunks(ops, terms):
-    """Chunks a graph can be built on: known sizes, and a label repeated within one
-    operand (a diagonal, `ii->i`) chunked alike on its axes (dask's blockwise aligns
-    chunks across operands, not within one)."""
+    """Chunks a graph can be built on: a label repeated within one operand (a diagonal,
+    `ii->i`) chunked alike on its axes (dask's blockwise aligns chunks across operands,
+    not within one)."""
     for n, (op, term) in enumerate(zip(ops, terms)):
-        _check_known_chunks(op, f"tex.einsum: operand {n}")
         for label in set(term):
             axes = [axis for axis, c in enumerate(term) if c == label]
             chunks = {op.chunks[axis] for axis in axes}
@@ -352,6 +361,9 @@ def _plan(program, arrays):
                 values.append((d, n))
     nchunks = {}
     for t, a in zip(program.inputs, arrays):
+        if a.ndim != t.ndim:
+            raise tex.ShapeError(f"tensor {t.name} has {t.ndim} dimensions, the dask array "
+                                 f"given for it {a.ndim}")
         for axis in range(t.ndim):
             root = find(("ax", t, axis))
             nchunks[root] = max(nchunks.get(root, 1), len(a.chunks[axis]))
@@ -420,9 +432,6 @@ def _check_inputs(program, arrays, find, chunked, where):
     """A chunked axis must be a size of its own (N, not 8 or N // 2), shared only with
     axes chunked alike: its chunks then bind N to their own length."""
     for t, a in zip(program.inputs, arrays):
-        if a.ndim != t.ndim:
-            raise tex.ShapeError(f"tensor {t.name} has {t.ndim} dimensions, the dask array "
-                                 f"given for it {a.ndim}")
         for axis, dim in enumerate(t.shape):
             root = find(("ax", t, axis))
             if root not in chunked:
@@ -476,7 +485,7 @@ def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
                          for axis, label in enumerate(labels) if label in plan.split)
     task = ProgramChunk(payload, params,
                         (red.combiner, identity, len(plan.split), reduced_axes),
-                        _value_payload(f) if positional else None)
+                        _value_payload(f, payload) if positional else None)
     labels = plan.split + plan.output_labels       # the parts lead (see einsum)
     part_dtype = np.dtype([("v", value_dtype), ("a", np.int64)]) if positional else o.dtype
     partial = da.blockwise(task, labels, *pairs, adjust_chunks=dict.fromkeys(plan.split, 1),
@@ -485,7 +494,7 @@ def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
     axes = tuple(range(len(plan.split)))
     if positional:
         partial = partial.map_blocks(_Shift([chunkss[label] for label in plan.split]),
-                                     dtype=part_dtype,
+                                     dtype=part_dtype, token=f"{f.symbol}-positions",
                                      meta=np.empty((0,) * len(labels), part_dtype))
         merge = _ArgMerge(red.combiner)
         meta = np.empty((0,) * len(plan.output_labels), part_dtype)
@@ -510,6 +519,9 @@ class _Merge:
     def __init__(self, combiner, dtype):
         self.combiner, self.dtype = combiner, dtype
 
+    def __dask_tokenize__(self):
+        return ("tex._Merge", self.combiner, str(self.dtype))
+
     def __call__(self, x, axis=None, keepdims=False):
         fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[self.combiner]
         if self.combiner in ("sum", "prod"):
@@ -525,6 +537,9 @@ class _Shift:
 
     def __init__(self, chunks):
         self.chunks = tuple(tuple(c) for c in chunks)
+
+    def __dask_tokenize__(self):        # (the same graph, the same keys)
+        return ("tex._Shift", self.chunks)
 
     def __call__(self, part, block_id=None):
         ids = block_id[:len(self.chunks)]
@@ -550,10 +565,14 @@ class _ArgMerge:
     def __init__(self, combiner):
         self.combiner = combiner
 
+    def __dask_tokenize__(self):
+        return ("tex._ArgMerge", self.combiner)
+
     def __call__(self, x, axis=None, keepdims=True):
         axes = tuple(a % x.ndim for a in (axis if isinstance(axis, tuple) else (axis,)))
         rest = tuple(d for d in range(x.ndim) if d not in axes)
-        parts = np.transpose(x, axes + rest).reshape((-1,) + tuple(x.shape[d] for d in rest))
+        count = int(np.prod([x.shape[d] for d in axes]))       # (-1 fails beside a 0)
+        parts = np.transpose(x, axes + rest).reshape((count,) + tuple(x.shape[d] for d in rest))
         best = parts[0]
         for p in parts[1:]:
             bv, pv = best["v"], p["v"]
@@ -574,9 +593,22 @@ def _positions(records):
     return records["a"]
 
 
-def _value_payload(f):
+_VALUE_PAYLOADS = {}    # a program's payload -> its _value_payload
+
+
+def _value_payload(f, payload):
     """The pickle of max(body) (min for argmin) over the same indices: the values an
-    argmax's parts are compared by, compiled with the default schedule."""
+    argmax's parts are compared by, compiled with the default schedule. One pickle per
+    program (each new definition pickles apart): the graph of f(x) is the same graph,
+    with the same keys, at every call."""
+    if payload not in _VALUE_PAYLOADS:
+        if len(_VALUE_PAYLOADS) >= 256:
+            _VALUE_PAYLOADS.clear()
+        _VALUE_PAYLOADS[payload] = _new_value_payload(f)
+    return _VALUE_PAYLOADS[payload]
+
+
+def _new_value_payload(f):
     o = f.program.outputs[0]
     red = o.reduction
     fn = tex.max if red.combiner == "argmax" else tex.min

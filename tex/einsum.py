@@ -395,12 +395,12 @@ einsum = warm.einsum
 
 def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
     """The general path: conversions, tex tensors, the kernel cache, out=, order=."""
+    if isinstance(subscripts, bytes):                  # numpy takes ASCII bytes too
+        subscripts = subscripts.decode("ascii")
     if "dask" in sys.modules:
         from . import dask as tex_dask          # dask arrays in: a dask array out
         if tex_dask.any_dask((subscripts,) + tuple(operands)):
             return tex_dask.einsum(subscripts, operands, dtype, out, casting)
-    if isinstance(subscripts, bytes):                  # numpy takes ASCII bytes too
-        subscripts = subscripts.decode("ascii")
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts,) + tuple(operands))
     if dtype is not None:

@@ -242,6 +242,14 @@ class StageHandle:
         if d in sched._hosted_by:
             raise ScheduleError(f"compute_at: {d.name} is already computed inside "
                                 f"{sched._hosted_by[d].name}")
+        for x in (d, cons.definition):
+            # a stage in another's epilogue has no nest of its own (and the root it runs
+            # in does not store it): computing it inside a consumer read memory never
+            # written
+            if x in sched._fused:
+                raise ScheduleError(f"compute_at: {x.name} runs in "
+                                    f"{sched._fused[x].into.name}'s epilogue (fused); "
+                                    f"s.unfuse({x.name!r}) first")
         _check_one_level(sched, d, cons)
         var = cons._var("compute_at", at)
         if cons.specializations or isinstance(cons, Specialization):

@@ -189,6 +189,13 @@ class Schedule:
         if d in self._fused:
             raise ScheduleError(f"fuse: {d.name} is already fused into "
                                 f"{self._fused[d].into.name}")
+        riders = [x.name for x, f in self._fused.items() if f.into is d]
+        if riders:
+            # its epilogue would move into its producer's while its own nest stayed, and
+            # that nest read the producer's result, which is then not stored
+            raise ScheduleError(f"fuse: {', '.join(riders)} already run(s) in {d.name}'s "
+                                f"epilogue; fuse {d.name} first, then them (s.unfuse("
+                                f"{riders[0]!r}) to start again)")
         candidates = fusion.fusion_candidates(self.program, self._fused, d)
         if into is not None:
             want = self[into].definition
@@ -408,7 +415,9 @@ class Schedule:
         elif isinstance(st, SetKind):
             stage._kind(st.loop, LoopKind(st.kind), st.tail)
         elif isinstance(st, Specialize):
-            names = {str(x): x for x in list(self.program.sizes) + list(self.program.params)}
+            # the names specialize() takes: sizes, the program's and the steps' parameters
+            steps = [x for h in self.stages for x in h.params() if isinstance(x, Param)]
+            names = {str(x): x for x in [*self.program.sizes, *self.program.params, *steps]}
             stage.specialize(sp.sympify(st.condition, locals=names))
 
     def _parts(self, parts):

@@ -28,7 +28,7 @@ def first_block(state, outer, level, first_red):
     The private loop of a split reduction is not one of them: it picks the partial sum
     each block adds to, so every part's first block stores (with it counted, only part
     0 stored and the others added to memory never written)."""
-    if level is None:
+    if level is None or not _every_part_runs(state):
         return None
     blocks = [a for a in state.axes[first_red:level] if a.reduction and a.var is not state.private]
     known = {a.var for a in outer}
@@ -41,6 +41,17 @@ def first_block(state, outer, level, first_red):
     return first, empty
 
 
+
+
+def _every_part_runs(state):
+    """Does the private loop of a split reduction run over all its parts (an extent that is
+    the part count: a size, a parameter or a number)? One that is a tail of a split
+    (`min(32, ceil(K/2) - 32*koo)`) can run fewer, and the parts it never reaches would
+    have no first block to store them: the merge read memory never written."""
+    if state.private is None:
+        return True
+    extents = [sp.sympify(a.extent) for a in state.axes if a.var is state.private]
+    return all(e.is_Symbol or e.is_Integer for e in extents)
 
 
 def reduces_in_lanes(state):

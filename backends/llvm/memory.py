@@ -119,9 +119,11 @@ class MemoryMixin:
 
     def _checked_bytes(self, buf, number):
         """The bytes of `buf` (the product of its dimensions and the element size) as an
-        i64; a negative dimension, an overflow or a size over MAX_BUFFER_BYTES leaves the
-        kernel with STATUS_TOO_LARGE (a broadcast view of 2**31 x 2**31 elements would
-        otherwise wrap to a small allocation and be written out of bounds)."""
+        i64; an overflow or a size over MAX_BUFFER_BYTES leaves the kernel with
+        STATUS_TOO_LARGE (a broadcast view of 2**31 x 2**31 elements would otherwise wrap
+        to a small allocation and be written out of bounds). A negative dimension holds
+        nothing (a pack's box over an empty axis, 5*ceil(K/5) - 2 rows at K = 0: no loop
+        reaches it), so it counts as 0; it was a MemoryError where numpy gives zeros."""
         b = self.b
         total = ir.Constant(I64, np.dtype(buf.dtype).itemsize)
         bad = ir.Constant(I1, 0)
@@ -134,7 +136,8 @@ class MemoryMixin:
                 total = ir.Constant(I64, int(d) * total.constant)
                 continue
             n = self.index(d)
-            bad = b.or_(bad, b.icmp_signed("<", n, ir.Constant(I64, 0)))
+            zero = ir.Constant(I64, 0)
+            n = b.select(b.icmp_signed("<", n, zero), zero, n)
             product = b.call(mul, [total, n])
             total = b.extract_value(product, 0)
             bad = b.or_(bad, b.extract_value(product, 1))

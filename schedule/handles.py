@@ -103,18 +103,14 @@ class StageHandle:
             raise ScheduleError(f"stage {d.name} runs in {root}'s epilogue (fused): its loops "
                                 f"are {root}'s; schedule {root}, or s.unfuse({d.name!r}) first")
         sched._check(self.state, state)
-        epilogue = sched._epilogue(d)
-        if epilogue is not None:          # the fused consumers must still fit the new nest
-            from dataclasses import replace
-            from .epilogue import check_races, privatize_parts
-            nest = lower_stage(replace(state, epilogue=epilogue), sched._buffers(),
-                               sched._states)
-            body, parted = privatize_parts(epilogue, nest.body)
-            check_races(epilogue, body, d.name, parted)
-        self._store(state)
+        if sched._replaying is None:
+            sched._check_epilogue(d, state)
+        else:                       # a replay checks the last state of each stage it
+            sched._replaying[id(self)] = self   # changes: a strategy's steps were accepted
+        self._store(state)                      # together, not one by one
         for step in steps:
             self._record(step)
-        if self.specializations and not (sched._in_auto or sched._replaying) \
+        if self.specializations and not (sched._in_auto or sched._replaying is not None) \
                 and not self._told_general:
             self._told_general = True
             names = ", ".join(f"s[{sp_.name!r}]" for sp_ in self.specializations[:3])

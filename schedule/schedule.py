@@ -53,7 +53,7 @@ class Schedule:
         self._history = []          # steps, and handles.Deferred in place of a deferred
         #                             specialization's steps
         self._in_auto = False       # auto_schedule running: its deferred specializations wait
-        self._replaying = False     # replay running: steps of a history, warned about once
+        self._replaying = None      # replay running: {id: stage handle it changed}
 
     def _adopt(self, program):
         self.program = program
@@ -378,13 +378,27 @@ class Schedule:
 
     def replay(self, steps):
         """Apply step records (or their JSON) to this schedule, resolving loops by name."""
-        self._replaying = True          # (steps the user saw warnings for once)
+        self._replaying = changed = {}  # (steps the user saw warnings for once)
         try:
             for st in as_steps(steps):
                 self._replay_step(st)
         finally:
-            self._replaying = False
+            self._replaying = None
+        for handle in changed.values():
+            self._check_epilogue(handle.definition, handle.state)
         return self
+
+    def _check_epilogue(self, d, state):
+        """The consumers fused into `d` must fit its nest in `state` (no race between
+        the threads that run it), or ScheduleError."""
+        epilogue = self._epilogue(d)
+        if epilogue is not None:
+            from dataclasses import replace
+            from .epilogue import check_races, privatize_parts
+            nest = lower_stage(replace(state, epilogue=epilogue), self._buffers(),
+                               self._states)
+            body, parted = privatize_parts(epilogue, nest.body)
+            check_races(epilogue, body, d.name, parted)
 
     def _replay_step(self, st):
         if isinstance(st, Rewrite):

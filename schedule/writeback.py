@@ -44,14 +44,15 @@ def first_block(state, outer, level, first_red):
 
 
 def _every_part_runs(state):
-    """Does the private loop of a split reduction run over all its parts (an extent that is
-    the part count: a size, a parameter or a number)? One that is a tail of a split
-    (`min(32, ceil(K/2) - 32*koo)`) can run fewer, and the parts it never reaches would
-    have no first block to store them: the merge read memory never written."""
+    """Does the private loop of a split reduction run over all its parts (an extent free
+    of other loops' variables: the part count)? One that is a split's tail
+    (`min(32, ceil(K/2) - 32*koo)`) runs fewer in some blocks, and the parts no first
+    block reaches were never stored: the merge read memory never written."""
     if state.private is None:
         return True
-    extents = [sp.sympify(a.extent) for a in state.axes if a.var is state.private]
-    return all(e.is_Symbol or e.is_Integer for e in extents)
+    loop_vars = {a.var for a in state.axes}
+    return not any(sp.sympify(a.extent).free_symbols & loop_vars
+                   for a in state.axes if a.var is state.private)
 
 
 def reduces_in_lanes(state):

@@ -83,3 +83,22 @@ def test_specializing_on_a_steps_parameter_replays():
     x = np.ones((4, 3), np.float32)
     np.testing.assert_array_equal(tex.compile(again)(x, P=2), 2 * x)
     assert str(again) == str(s)
+
+
+def test_a_reduction_strategy_under_a_fused_epilogue_replays():
+    # its steps were accepted together; replayed one by one, the first split was refused
+    # by the epilogue's race check, so the schedule did not pickle
+    R = tex.compute("R", (i,), tex.max(C[i, j], over=j))
+    s = tex.schedule(R)
+    s.auto()
+    s["C#1"].reduction_strategy("inner_parallel")
+    again = pickle.loads(pickle.dumps(s))
+    assert str(again) == str(s)
+    a = np.random.default_rng(0).standard_normal((70, 50)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((50, 90)).astype(np.float32)
+    np.testing.assert_allclose(tex.compile(again)(a, b), (a @ b).max(axis=1), rtol=1e-4)
+    # a replayed history whose last state races is still refused (checked at its end)
+    racy = [{"step": "Fuse", "stage": "R", "into": "C"},
+            {"step": "SetKind", "stage": "C", "loop": "j", "kind": "parallel"}]
+    with pytest.raises(ScheduleError, match="two threads would combine into one element"):
+        tex.schedule(R).replay(racy)

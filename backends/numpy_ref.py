@@ -10,7 +10,7 @@ division by zero gives 0.
 import math
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ShapeError
@@ -52,7 +52,7 @@ def evaluate(program, arrays, params=None):
 
 def _definition(d, env, sizes):
     order = list(d.indices) + [x for x in d.extents if x not in d.indices]
-    ext = {x: int(sp.sympify(d.extents[x]).xreplace(sizes)) for x in order}
+    ext = {x: int(sym.sympify(d.extents[x]).xreplace(sizes)) for x in order}
     grid = {x: np.arange(ext[x]).reshape([-1 if y is x else 1 for y in order]) for x in order}
     full = tuple(ext[x] for x in order)
     with np.errstate(all="ignore"):
@@ -71,7 +71,7 @@ def _definition(d, env, sizes):
 
 def _index(ix, sizes, grid):
     coeffs, offset = affine_terms(ix, "reference")
-    out = int(sp.sympify(offset).xreplace(sizes))
+    out = int(sym.sympify(offset).xreplace(sizes))
     for x, c in coeffs.items():
         out = out + c * grid[x]
     return out

@@ -25,7 +25,7 @@ correctly, only slower):
 import functools
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -141,12 +141,12 @@ def _auto_fused_root(stage, epilogue):
         rows, cols = d.extents[roles.i], d.extents[roles.j]
         few = 2 * target().lanes(red.dtype)
         cond = all_of(at_least(rows, blocking.mr), at_least(cols, few))
-        if cond is not sp.false:
-            spec = stage if cond is sp.true else stage.specialize(cond)
+        if cond is not sym.false:
+            spec = stage if cond is sym.true else stage.specialize(cond)
             block_fused_contraction(spec, roles, blocking, avoid,
                                     slices.var if slices is not None else None,
                                     _reduced_in_lanes(epilogue, stage.state.fast_math))
-            if cond is sp.true:
+            if cond is sym.true:
                 return
     nests = auto_split_k(stage) if red is not None and len(d.indices) == 1 and not avoid \
         else (stage,)
@@ -289,7 +289,7 @@ def _auto_blocked(stage):
         0.98-1.07); float64 at 33-96 columns, K = 4096, when A's block and B's panel
         each had all of L2: 0.65-0.9x. `upper`: the tier's columns are fewer."""
         if not _streams_along(d, roles.a, roles.k):
-            return sp.false
+            return sym.false
         b = operand_bytes(roles)
         reduction = d.extents[roles.k]
         width = fused_columns(bl)
@@ -318,13 +318,13 @@ def _auto_blocked(stage):
         # ms). Each tier costs every compile its scheduling (~25 ms of a symbolic
         # matmul's ~150), so the narrower tiers keep their parts in their one nest.
         split = parts_possible(parallel_blocks(d, roles, bl), d.extents[roles.k]) \
-            if vectors is None else sp.true
-        if split is not sp.false:
+            if vectors is None else sym.true
+        if split is not sym.false:
             parts = parts_of(bl, f"{d.name}_parts" if vectors is None else
                              f"{d.name}_narrow_parts")
             cases.append((all_of(cond, split),
                           functools.partial(blocked, blocking=bl, parts=parts), (parts,)))
-        if split is not sp.true:
+        if split is not sym.true:
             cases.append((cond, functools.partial(blocked, blocking=bl), ()))
         upper = low
     if roles.batch and single:
@@ -342,7 +342,7 @@ def _auto_blocked(stage):
     # products against the generic order: 11 x 2048 @ 2048 x 16 71 -> 22 us, 8 x 1000 @
     # 1000 x 32 27 -> 22, 7 x 256 @ 256 x 16 8.0 -> 2.3); not a batch of them, whose
     # generic order shares the batch among the threads (the dots' row blocks are one)
-    between = sp.false if roles.batch else all_of(less(cols, tiers[0][0]),
+    between = sym.false if roles.batch else all_of(less(cols, tiers[0][0]),
                                                    at_least(rows, blocking.mr))
     # fewer rows than the register tile's: a specialization per number of rows, B
     # streamed once into a tile of all the rows (3 x 4096 @ 4096 x 4096 on 2 threads,
@@ -359,16 +359,16 @@ def _auto_blocked(stage):
     # tile is a plain product's (not float16's: its sum is kept in float16, in one chain
     # per lane there), and only a product that the row tile reads along B's rows
     # (_streams_rows: not A @ B.T, whose row tile would step down B's columns)
-    one_row = sp.false
+    one_row = sym.false
     if red.dtype in (np.float32, np.float64) and narrow > ONE_ROW_DOT_COLUMNS:
         if rows == 1 and _streams_rows(stage):
-            one_row = sp.true
+            one_row = sym.true
         elif few and _streams_rows(stage, rows_fixed=True):
-            one_row = sp.Eq(rows, 1, evaluate=False)
+            one_row = sym.Eq(rows, 1, evaluate=False)
     dot_columns = any_of(less(cols, narrow), between)
-    if one_row is sp.true:
+    if one_row is sym.true:
         dot_columns = less(cols, ONE_ROW_DOT_COLUMNS)
-    elif one_row is not sp.false:
+    elif one_row is not sym.false:
         dot_columns = all_of(dot_columns, negation(all_of(
             one_row, at_least(cols, ONE_ROW_DOT_COLUMNS))))
     cases.append((dot_columns, dots, ()))
@@ -377,12 +377,12 @@ def _auto_blocked(stage):
     # and a first call's compile schedules, lowers and plans that one (a symbolic matmul:
     # 13 nests, 60 + 90 ms of scheduling and lowering in all, Emerald Rapids)
     for condition, schedule, params in cases:
-        if condition is sp.true:              # sizes known now: no specialization
+        if condition is sym.true:              # sizes known now: no specialization
             schedule(stage)
             return True
-        if condition is not sp.false and DEFER_SPECIALIZATIONS:
+        if condition is not sym.false and DEFER_SPECIALIZATIONS:
             stage.specialize(condition, schedule, params)
-        elif condition is not sp.false:
+        elif condition is not sym.false:
             schedule(stage.specialize(condition))
     return False
 
@@ -406,12 +406,12 @@ def _few_rows_cases(d, roles, rows, mr):
         return []
     j, k, others = d.indices[-1], red.over[0], list(d.indices[:-1])
     along_k = _reads_both_along(d, k)
-    symbolic = isinstance(rows, sp.Symbol)
-    if not symbolic and not (along_k and less(rows, mr) is sp.true):
+    symbolic = isinstance(rows, sym.Symbol)
+    if not symbolic and not (along_k and less(rows, mr) is sym.true):
         return []
 
     def count(m):
-        return sp.Eq(rows, m, evaluate=False) if symbolic else sp.sympify(rows == m)
+        return sym.Eq(rows, m, evaluate=False) if symbolic else sym.sympify(rows == m)
 
     parts = _stream_parts(d, j, k, f"{d.name}_row_parts")
 
@@ -422,12 +422,12 @@ def _few_rows_cases(d, roles, rows, mr):
     if along_k:
         dots = functools.partial(_dots_by_columns, d=d, j=j, rows=others)
         cases += [(c, dots, ()) for c in _dots_beat_the_stream(d, one, less(rows, mr))
-                  if c is not sp.false]
+                  if c is not sym.false]
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
-    if narrow is not sp.false:
+    if narrow is not sym.false:
         cases.append((all_of(one, narrow), functools.partial(streamed, whole_row=True),
                       (parts,)))
-    if narrow is not sp.true:
+    if narrow is not sym.true:
         cases.append((one, streamed, (parts,)))
     return cases + [(count(m), streamed, (parts,)) for m in range(2, mr)]
 
@@ -459,7 +459,7 @@ def _dots_beat_the_stream(d, one, few):
         pass_fits = target().cache(1, 32 << 10) // (STREAM_ROWS_ROLLED * dtype.itemsize)
         cond = all_of(cond, at_least(d.extents[d.indices[-1]], pass_fits + 1))
     one_row = all_of(one, at_least(reduction, max(4, lanes // 2)))
-    return (one_row, sp.false) if one is sp.true else (one_row, cond)
+    return (one_row, sym.false) if one is sym.true else (one_row, cond)
 
 
 def _reads_both_along(d, k):
@@ -520,11 +520,11 @@ def _auto_streamed_rows(stage):
     j, k, others = d.indices[-1], d.reduction.over[0], list(d.indices[:-1])
     # an output row that fits the register tile gets it for all of K (ONE_ROW_VECTORS)
     narrow = less(d.extents[j], _one_row_width(d), strict=False)
-    if narrow is not sp.false:
-        st = stage if narrow is sp.true else stage.specialize(narrow)
+    if narrow is not sym.false:
+        st = stage if narrow is sym.true else stage.specialize(narrow)
         _stream_rows_of_b(st, d, j, k, others, _stream_parts(d, j, k, f"{d.name}_parts"),
                           whole_row=True)
-        if narrow is sp.true:
+        if narrow is sym.true:
             return True
     _stream_rows_of_b(stage, d, j, k, others, _stream_parts(d, j, k, f"{d.name}_parts"))
     return True
@@ -544,7 +544,7 @@ def _streams_rows(stage, rows_fixed=False):
         return False
     j = d.indices[-1]
     reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
-    matrix = [n for n in reads if any(j in sp.sympify(ix).free_symbols for ix in n.index)]
+    matrix = [n for n in reads if any(j in sym.sympify(ix).free_symbols for ix in n.index)]
     if len(reads) not in (1, 2) or len(matrix) != 1 or not prefers_reduction_outside(d):
         return False
     others = list(d.indices[:-1])
@@ -566,7 +566,7 @@ def _stream_parts(d, j, k, name):
     runtime.STREAM_PARTS, whose `rows` are the columns here and `block` B's element
     size)."""
     b_bytes = max((a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
-                   if isinstance(a, Access) and any(j in sp.sympify(ix).free_symbols
+                   if isinstance(a, Access) and any(j in sym.sympify(ix).free_symbols
                                                     for ix in a.index)),
                   default=d.reduction.dtype.itemsize)
     return AutoParts(name, d.extents[j], d.extents[k], rule="split_k_stream", block=b_bytes)

@@ -2,7 +2,7 @@
 is not a blocked contraction or a stream of B's rows (auto.py): which loop the threads
 share, split-K for few long rows, the vector accumulator for float row maxima and byte
 sums, explicit vectors for argmax. tex.tune's generic plans (tuning.py) use them too."""
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -54,9 +54,9 @@ def row_accumulators(stage):
         outermost = next(a for a in stage.state.axes if a.reduction)
         cond = all_of(cond, any_of(at_least(d.extents[d.indices[0]], MANY_ROWS),
                                    less(outermost.extent, ONE_PART_LENGTH)))
-    if cond is sp.false:
+    if cond is sym.false:
         return None
-    if cond is sp.true:
+    if cond is sym.true:
         stage.reduction_strategy("vector_accumulator")
         return (stage,)
     try:
@@ -113,9 +113,9 @@ def parts_possible(rows, length):
     also holds for rows of 1024 or more, which would need more threads than tex has). A
     nest with the parts is then a specialization for these sizes: a kernel builds a
     specialization when a call first needs it (runtime.compile_kernel)."""
-    if at_least(256 * rows, length) is sp.true:   # rows >= length / 256: never (N x N)
-        return sp.false
-    return all_of(at_least(length, 2048), less(rows, 4 * sp.floor(length / 1024)))
+    if at_least(256 * rows, length) is sym.true:   # rows >= length / 256: never (N x N)
+        return sym.false
+    return all_of(at_least(length, 2048), less(rows, 4 * sym.floor(length / 1024)))
 
 
 def auto_split_k(stage, lazy=True):
@@ -132,13 +132,13 @@ def auto_split_k(stage, lazy=True):
         return (stage,)
     position = next(n for n, a in enumerate(state.axes) if a.reduction)
     length, rows = state.axes[position].extent, d.extents[d.indices[0]]
-    split = parts_possible(rows, length) if lazy else sp.true
+    split = parts_possible(rows, length) if lazy else sym.true
     red = state.reduction
-    if split is sp.false or split is not sp.true and \
+    if split is sym.false or split is not sym.true and \
             not COMBINERS[red.combiner].may_reassociate(red.dtype, state.fast_math):
         return (stage,)                     # (split_k's own test: no parts to build)
     try:
-        nest = stage if split is sp.true else stage.specialize(split)
+        nest = stage if split is sym.true else stage.specialize(split)
     except ScheduleError:                   # a specialization already: split it whole
         nest = stage
     try:

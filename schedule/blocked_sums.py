@@ -35,7 +35,7 @@ nest where it took 18 on the plain one (a first `ij->` call 23 -> 74 ms; three i
 23 -> 86 ms).
 """
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import Access, CeilDiv, Const, Index, Min
 from tex.indices import greater, negation
@@ -67,8 +67,8 @@ def _outermost(node, used):
         loops, update = nest
         row = loops[-1]
         long_rows = greater(row.extent, BLOCK) if len(loops) > 1 and _long(row, BLOCK) \
-            else sp.false
-        if long_rows in (sp.true, sp.false) or \
+            else sym.false
+        if long_rows in (sym.true, sym.false) or \
                 any(loop.var in symbols_of(row.extent) for loop in loops):
             return _level(loops, update, update.buffer, update.index, used, True)
         # rows that may be long: a version of the nest with them in blocks and one
@@ -110,7 +110,7 @@ def _sum_nest(loop):
 
 def _many_terms(loops):
     """Whether the nest may add more than BLOCK terms."""
-    extents = [sp.sympify(loop.extent) for loop in loops]
+    extents = [sym.sympify(loop.extent) for loop in loops]
     return not (all(e.is_Integer for e in extents) and
                 int(np.prod([int(e) for e in extents])) <= BLOCK)
 
@@ -118,8 +118,8 @@ def _many_terms(loops):
 def _long(loop, size):
     """Whether the loop may run more than `size` times (an extent that is a constant,
     or a Min with one, of at most `size` cannot: a split's tail loop)."""
-    extent = sp.sympify(loop.extent)
-    bounds = extent.args if isinstance(extent, sp.Min) else (extent,)
+    extent = sym.sympify(loop.extent)
+    bounds = extent.args if isinstance(extent, sym.Min) else (extent,)
     return not any(b.is_Integer and int(b) <= size for b in bounds)
 
 
@@ -128,7 +128,7 @@ def _level(loops, update, target, index, used, outermost=False, long_rows=None):
     `long_rows`: whether the innermost rows are longer than BLOCK (None: a test)."""
     loop, inner = loops[0], loops[1:]
     dtype = update.buffer.dtype
-    extent = sp.sympify(loop.extent)
+    extent = sym.sympify(loop.extent)
     size = ROWS if inner else BLOCK     # each of a nest's outer terms is a row's sum
 
     def into(acc, acc_index):           # the level's body, adding into acc[acc_index]
@@ -170,13 +170,13 @@ def _level(loops, update, target, index, used, outermost=False, long_rows=None):
     if outermost:
         return blocks(target, index)
     part = local("_part")                     # a row that may be long: blocks if it is
-    long_row = greater(extent, size) if long_rows is None else sp.true if long_rows \
-        else sp.false
+    long_row = greater(extent, size) if long_rows is None else sym.true if long_rows \
+        else sym.false
     row = from_zero(part, (loop.replace(body=into(part, ())),), target, index)
-    if long_row is sp.false:
+    if long_row is sym.false:
         return row
     in_blocks = from_zero(part, blocks(part, ()), target, index)
-    if long_row is sp.true:
+    if long_row is sym.true:
         return in_blocks
     return (Guard(long_row, in_blocks, note="long row"),
             Guard(negation(long_row), row, note="short row"))

@@ -32,7 +32,7 @@ back to C checks the bounds, so tails cost no separate code path.
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import Access, CeilDiv, walk as walk_expr
 
@@ -58,13 +58,13 @@ def contraction_roles(defn):
         return None
     reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
     tensors = list(dict.fromkeys(n.tensor for n in reads))
-    if len(tensors) != 2 or len({(n.tensor, tuple(sp.expand(x) for x in n.index))
+    if len(tensors) != 2 or len({(n.tensor, tuple(sym.expand(x) for x in n.index))
                                  for n in reads}) != 2:
         return None               # each operand read through one index (packing needs it)
 
     def readers(x):
         return {n.tensor for n in reads
-                if x in set().union(*(sp.sympify(ix).free_symbols for ix in n.index))}
+                if x in set().union(*(sym.sympify(ix).free_symbols for ix in n.index))}
     j = next((x for x in reversed(defn.indices) if len(readers(x)) == 1), None)
     if j is None:
         return None
@@ -75,8 +75,8 @@ def contraction_roles(defn):
     # convolution's channels c, not its window r of x[b, c, t + r]): whatever the order
     # inside `over=`, the long reduction is blocked (conv1d: 15.6 against 6.8 ms)
     both = [x for x in red.over if readers(x) == {a, b}]
-    plain = [x for x in both if all(sp.sympify(ix) == x for n in reads for ix in n.index
-                                    if x in sp.sympify(ix).free_symbols)]
+    plain = [x for x in both if all(sym.sympify(ix) == x for n in reads for ix in n.index
+                                    if x in sym.sympify(ix).free_symbols)]
     k = (plain or both)[-1] if both else None
     if i is None or k is None:
         return None
@@ -188,7 +188,7 @@ def fused_columns(blocking):
 
 def _reads_index(defn, tensor, x):
     return any(isinstance(a, Access) and a.tensor is tensor and
-               any(x in sp.sympify(ix).free_symbols for ix in a.index)
+               any(x in sym.sympify(ix).free_symbols for ix in a.index)
                for a in walk_expr(defn.reduction.body))
 
 
@@ -284,8 +284,8 @@ def _streams_along(defn, tensor, k):
     half speed), and it is packed."""
     for a in walk_expr(defn.reduction.body):
         if isinstance(a, Access) and a.tensor is tensor:
-            return k in sp.sympify(a.index[-1]).free_symbols and not any(
-                k in sp.sympify(ix).free_symbols for ix in a.index[:-1])
+            return k in sym.sympify(a.index[-1]).free_symbols and not any(
+                k in sym.sympify(ix).free_symbols for ix in a.index[:-1])
     return False
 
 
@@ -295,8 +295,8 @@ def window_indices(defn):
     reads = [n for n in walk_expr(red.body) if isinstance(n, Access)]
     out = set()
     for x in red.over:
-        uses = [sp.sympify(ix) for n in reads for ix in n.index
-                if x in sp.sympify(ix).free_symbols]
+        uses = [sym.sympify(ix) for n in reads for ix in n.index
+                if x in sym.sympify(ix).free_symbols]
         if uses and any(ix != x for ix in uses):
             out.add(x)
     return out

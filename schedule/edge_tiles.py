@@ -37,7 +37,7 @@ Only an update loop of that shape (a reduction loop around an unrolled loop arou
 vector loop of constant extent updating a LOCAL tile, nothing else but that guard) whose
 write-back or guard masks by its vector variable changes.
 """
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.indices import all_of, greater, less
 
@@ -74,8 +74,8 @@ def _tile_update(loop):
         return None
     cols = rows.body[0]
     if not (isinstance(cols, Loop) and cols.kind is LoopKind.VECTOR and
-            cols.tail is VectorTail.MASK and sp.sympify(cols.extent).is_Integer and
-            sp.sympify(cols.start) == 0 and len(cols.body) == 1):
+            cols.tail is VectorTail.MASK and sym.sympify(cols.extent).is_Integer and
+            sym.sympify(cols.start) == 0 and len(cols.body) == 1):
         return None
     u = _lane_guarded(cols)[1]
     if not (isinstance(u, Update) and u.buffer.scope is Scope.LOCAL and u.arg is None):
@@ -125,8 +125,8 @@ def _lane_bound(cond, var):
 
 def _lane_conjunct(cond, var):
     """The conjunct `var + X < Y` of `cond` (X, Y free of var), else None."""
-    for c in sp.And.make_args(cond):
-        if isinstance(c, sp.StrictLessThan) and var in c.lhs.free_symbols and \
+    for c in sym.And.make_args(cond):
+        if isinstance(c, sym.StrictLessThan) and var in c.lhs.free_symbols and \
                 var not in c.rhs.free_symbols and var not in (c.lhs - var).free_symbols:
             return c
     return None
@@ -146,7 +146,7 @@ def partial_tile_versions(loop):
     # the versions stand outside `loop`: a width that moves with a loop of the tile (a
     # guard on a split of k, say) is no tile's width
     inside = {n.var for n in walk(loop) if isinstance(n, Loop)}
-    return None if sp.sympify(rem).free_symbols & inside else _versions(loop, rem)
+    return None if sym.sympify(rem).free_symbols & inside else _versions(loop, rem)
 
 
 def _versions(loop, rem):
@@ -177,13 +177,13 @@ def _columns(cols, vectors, lanes, guarded):
     version's width says so): they run without that bound, and only the last vector
     is masked."""
     if not guarded:
-        return (cols.replace(extent=sp.Integer(vectors * lanes)),)
+        return (cols.replace(extent=sym.Integer(vectors * lanes)),)
     guard = cols.body[0]
     inner = (vectors - 1) * lanes
-    last = cols.replace(start=sp.Integer(inner), extent=sp.Integer(lanes))
+    last = cols.replace(start=sym.Integer(inner), extent=sym.Integer(lanes))
     if not inner:
         return (last,)
     bound = _lane_conjunct(guard.cond, cols.var)
-    rest = [c for c in sp.And.make_args(guard.cond) if c is not bound]
+    rest = [c for c in sym.And.make_args(guard.cond) if c is not bound]
     body = guard.body if not rest else (guard.replace(cond=all_of(*rest)),)
-    return (cols.replace(extent=sp.Integer(inner), body=body), last)
+    return (cols.replace(extent=sym.Integer(inner), body=body), last)

@@ -19,7 +19,7 @@ their values are substituted, not stored, unless something outside reads them.
 from dataclasses import dataclass, replace
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -80,7 +80,7 @@ class Lanes:
 
 
 def _scope(shape, dtype):
-    small = all(sp.sympify(z).is_Integer for z in shape) and \
+    small = all(sym.sympify(z).is_Integer for z in shape) and \
         int(np.prod([int(z) for z in shape])) * np.dtype(dtype).itemsize <= 64 * 1024
     return Scope.LOCAL if small else Scope.TEMP
 
@@ -129,7 +129,7 @@ def statements(epi, at, result, fast_math, lanes=None):
 
 def _position(d, at_f):
     """The flat position (row-major over the reduced indices) argmax/argmin report."""
-    position = sp.Integer(0)
+    position = sym.Integer(0)
     for x in d.reduction.over:
         position = position * d.extents[x] + at_f[x]
     return position
@@ -144,8 +144,8 @@ def _lanes(epi, f, at_f, lanes, fast_math):
     if lanes is None:
         return None
     var, width = lanes[:2]
-    moves = [x for x in red.over if var in sp.sympify(at_f[x]).free_symbols]
-    still = all(var not in sp.sympify(at_f[x]).free_symbols for x in d.indices)
+    moves = [x for x in red.over if var in sym.sympify(at_f[x]).free_symbols]
+    still = all(var not in sym.sympify(at_f[x]).free_symbols for x in d.indices)
     acc = red.body.dtype if COMBINERS[red.combiner].positional else red.dtype
     if not moves or not still or not COMBINERS[red.combiner].may_reassociate(acc, fast_math):
         return None
@@ -164,7 +164,7 @@ def _increasing(position, order):
     (outermost first) stepping it by more than all the loops inside it span? Then every
     target element sees its positions in increasing order. `order`: the nest's loops,
     outermost first, as (var, largest extent)."""
-    expr = sp.expand(sp.sympify(position))
+    expr = sym.expand(sym.sympify(position))
     terms = [(var, bound, expr.coeff(var)) for var, bound in order
              if var in expr.free_symbols]
     rest = expr - sum(c * var for var, _, c in terms)
@@ -177,7 +177,7 @@ def _increasing(position, order):
             return False
         if n == len(terms) - 1:
             break                 # the outermost: its own extent does not matter
-        bound = sp.sympify(bound)
+        bound = sym.sympify(bound)
         if not bound.is_Integer:
             return False
         span += c * (int(bound) - 1)
@@ -192,7 +192,7 @@ def _rebuilt(expr, at, values, buffers, slices=None):
                 value = values[node.tensor]     # the root's value, or an earlier member's
                 return value[slices.number(node.index)] if isinstance(value, dict) else value
             return Access(buffers[node.tensor],
-                          [sp.sympify(ix).xreplace(at) for ix in node.index])
+                          [sym.sympify(ix).xreplace(at) for ix in node.index])
         if isinstance(node, IndexValue):
             return IndexValue(node.expr.xreplace(at))
         return node
@@ -220,9 +220,9 @@ def privatize_parts(epi, body):
                 parallel = parallel + ((node, upper_bound(node.extent, outer)),)
             outer = outer + (node.var,)
         if isinstance(node, Update) and id(node.buffer) in owner:
-            moves = set().union(*(sp.sympify(ix).free_symbols for ix in node.index))
+            moves = set().union(*(sym.sympify(ix).free_symbols for ix in node.index))
             shared = [(loop, bound) for loop, bound in parallel if loop.var not in moves]
-            if len(shared) == 1 and not set(outer) & sp.sympify(shared[0][1]).free_symbols:
+            if len(shared) == 1 and not set(outer) & sym.sympify(shared[0][1]).free_symbols:
                 part_loops.add(id(shared[0][0]))
                 extents.setdefault(owner[id(node.buffer)], []).append(shared[0][1])
         for child in getattr(node, "body", ()):
@@ -234,7 +234,7 @@ def privatize_parts(epi, body):
     parted = {}
     for d, exts in extents.items():
         lane = epi.lanes[d]
-        parts = sp.Max(1, *exts)
+        parts = sym.Max(1, *exts)
 
         def with_parts(buf):
             if buf is None:
@@ -267,14 +267,14 @@ def privatize_parts(epi, body):
             return node
         new = tuple(rewrite(k, part, loops) for k in kids)
         return node if all(a is b for a, b in zip(new, kids)) else node.replace(body=new)
-    return tuple(rewrite(node, sp.Integer(0), ()) for node in body), parted
+    return tuple(rewrite(node, sym.Integer(0), ()) for node in body), parted
 
 
 def _ordered_in_part(arg, part, loops):
     """Does each lane of one part see its positions in increasing order? The part's
     own term of the position is constant there (its symbolic stride hid the order from
     _increasing over the whole nest)."""
-    if not isinstance(arg.position, IndexValue) or not isinstance(part, sp.Symbol):
+    if not isinstance(arg.position, IndexValue) or not isinstance(part, sym.Symbol):
         return False
     from .region import upper_bound
     inner = [v for v, _ in loops]
@@ -360,7 +360,7 @@ def check_races(epi, stage_body, root_name, parted=None):
         if isinstance(node, Loop) and node.kind is LoopKind.PARALLEL:
             parallel = parallel + (node,)
         if isinstance(node, Update) and id(node.buffer) in targets:
-            moves = set().union(*(sp.sympify(ix).free_symbols for ix in node.index)) \
+            moves = set().union(*(sym.sympify(ix).free_symbols for ix in node.index)) \
                 if node.index else set()
             for loop in parallel:
                 if loop.var not in moves:

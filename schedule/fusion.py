@@ -17,7 +17,7 @@ the nest is lowered (stage.py, epilogue.py).
 """
 from dataclasses import dataclass
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.dag import DiGraph, is_acyclic, topological_order
 from tex.expr import Access, Index, walk as walk_expr
@@ -41,7 +41,7 @@ def consumer_map(consumer, root, members):
             return (f"{consumer.name} reads {m.name}, a reduction that is complete only "
                     "after the whole nest")
         for axis, (ix, own_index) in enumerate(zip(a.index, m.indices)):
-            ix = sp.sympify(ix)
+            ix = sym.sympify(ix)
             if not isinstance(ix, Index) or ix not in own:
                 return (f"{consumer.name} reads {m.name}[{', '.join(map(format_size, a.index))}]: "
                         f"dimension {axis} is not a plain index of {consumer.name} (an "
@@ -59,7 +59,7 @@ def consumer_map(consumer, root, members):
         return (f"{consumer.name} does not cover each element of {root.name} exactly once "
                 "(its indices map onto only some of the root's)")
     for x, r in mapping.items():
-        if sp.simplify(consumer.extents[x] - root.extents[r]) != 0:
+        if sym.simplify(consumer.extents[x] - root.extents[r]) != 0:
             return (f"{consumer.name}'s index {x.name} runs over {consumer.extents[x]} but "
                     f"{root.name}'s {r.name} over {root.extents[r]}")
     return mapping
@@ -153,14 +153,14 @@ class Slicing:
 
     def number(self, index):
         """Which slice a read of the root at `index` (the consumer's indices) is."""
-        ix = sp.expand(sp.sympify(index[self.axis]))
+        ix = sym.expand(sym.sympify(index[self.axis]))
         plain = next(x for x in ix.free_symbols if isinstance(x, Index))
-        return int(sp.simplify((ix - plain - self.base) / self.step))
+        return int(sym.simplify((ix - plain - self.base) / self.step))
 
 
 def _plain_plus_offset(ix):
     """(index, offset) for `x + offset` (offset free of indices), else None."""
-    ix = sp.expand(sp.sympify(ix))
+    ix = sym.expand(sym.sympify(ix))
     xs = [x for x in ix.free_symbols if isinstance(x, Index)]
     if len(xs) != 1 or ix.coeff(xs[0]) != 1:
         return None
@@ -194,7 +194,7 @@ def slice_plan(consumer, root):
             plain = xs
         elif xs != plain:
             return f"{consumer.name} reads {root.name} with different indices"
-        offsets.add(tuple(sp.sympify(p[1]) for p in parts))
+        offsets.add(tuple(sym.sympify(p[1]) for p in parts))
     varying = [ax for ax in range(root.ndim) if len({o[ax] for o in offsets}) > 1]
     if len(varying) != 1 or any(o[b] != 0 for o in offsets for b in range(root.ndim)
                                 if b != varying[0]):
@@ -203,8 +203,8 @@ def slice_plan(consumer, root):
     values = list({o[ax] for o in offsets})
     try:
         values = sorted(values, key=lambda v: sum(bool((v - w).is_positive) for w in values))
-        base, step = values[0], sp.simplify(values[1] - values[0])
-        if not step.is_positive or any(sp.simplify(v - base - n * step) != 0
+        base, step = values[0], sym.simplify(values[1] - values[0])
+        if not step.is_positive or any(sym.simplify(v - base - n * step) != 0
                                        for n, v in enumerate(values)):
             raise ValueError
     except (ValueError, TypeError):
@@ -228,7 +228,7 @@ def _sliced(root, axis, base, step, count, extent):
     expr = Reduce(red.combiner, body, red.over, red.dtype, red.fast_math, red.strict)
     extents = dict(root.extents)
     extents[x] = extent
-    extents[s] = sp.Integer(count)
+    extents[s] = sym.Integer(count)
     sliced = Definition(root.name, (s,) + tuple(root.indices), expr, extents)
     return Slicing(axis, base, step, count, s, sliced)
 
@@ -242,7 +242,7 @@ def sliced_map(consumer, root, slicing):
     if set(mapping) != set(own):
         return (f"{consumer.name}'s indices do not map one to one onto {root.name}'s")
     for x, r in mapping.items():
-        if sp.simplify(consumer.extents[x] - slicing.definition.extents[r]) != 0:
+        if sym.simplify(consumer.extents[x] - slicing.definition.extents[r]) != 0:
             return (f"{consumer.name}'s index {x.name} runs over {consumer.extents[x]} but "
                     f"{root.name}'s {r.name} over {root.extents[r]}")
     return mapping

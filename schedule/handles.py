@@ -7,7 +7,7 @@ import warnings
 from dataclasses import replace
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import Index, Param, all_of, negation
@@ -274,8 +274,8 @@ class StageHandle:
         """A condition written as a string, read with the program's own names only
         (sympy alone reads N as its numeric-evaluation function, E as e, I as i)."""
         names = {str(x): x for x in known}
-        names.update(Eq=sp.Eq, Ne=sp.Ne, And=sp.And, Or=sp.Or, Not=sp.Not, Min=sp.Min,
-                     Max=sp.Max)
+        names.update(Eq=sym.Eq, Ne=sym.Ne, And=sym.And, Or=sym.Or, Not=sym.Not, Min=sym.Min,
+                     Max=sym.Max)
         words = set(re.findall(r"[A-Za-z_]\w*", text))
         unknown = sorted(words - set(names))
         hint = "write a relation of the program's sizes, such as \"(M >= 64) & (N >= 16)\""
@@ -288,8 +288,8 @@ class StageHandle:
                                 f"uses {', '.join(unknown)}, which are not sizes or "
                                 f"parameters of the program: {hint}")
         try:
-            return sp.sympify(text, locals=names)
-        except (sp.SympifyError, TypeError, SyntaxError) as err:
+            return sym.sympify(text, locals=names)
+        except (sym.SympifyError, TypeError, SyntaxError) as err:
             raise ScheduleError(f"specialize: in stage {self.name}, {text!r} is not a "
                                 f"condition tex can read ({type(err).__name__}): "
                                 f"{hint}") from None
@@ -311,12 +311,12 @@ class StageHandle:
         known = set(self.sched.program.sizes) | set(self.sched.program.params) | {
             x for st in self.sched.stages for x in st.params() if isinstance(x, Param)}
         cond = self._condition(condition, known) if isinstance(condition, str) else \
-            sp.sympify(condition)
-        if (cond is sp.true or cond is sp.false) and not isinstance(condition, bool):
+            sym.sympify(condition)
+        if (cond is sym.true or cond is sym.false) and not isinstance(condition, bool):
             raise ScheduleError(f"specialize: in stage {self.name}, the condition is always "
-                                f"{'true' if cond is sp.true else 'false'} (sizes are "
+                                f"{'true' if cond is sym.true else 'false'} (sizes are "
                                 "integers of at least 0): there is nothing to specialize on")
-        if cond is sp.true or cond is sp.false or not isinstance(cond, sp.logic.boolalg.Boolean):
+        if cond is sym.true or cond is sym.false or not isinstance(cond, sym.Boolean):
             raise ScheduleError(f"specialize: in stage {self.name}, {condition!r} is not a "
                                 "condition on sizes (a relation such as M >= 64)")
         unknown = [str(x) for x in cond.free_symbols if x not in known]
@@ -339,7 +339,7 @@ class StageHandle:
         return self._state_params()
 
     def _state_params(self):
-        return {x for a in self.state.axes for x in sp.sympify(a.extent).free_symbols
+        return {x for a in self.state.axes for x in sym.sympify(a.extent).free_symbols
                 if isinstance(x, Param)}
 
     def lower(self, buffers, states, epilogue=None, holes=False):
@@ -366,7 +366,7 @@ class StageHandle:
                                   shown=spec.condition, hole=holes))
                 taken.append(spec.condition)
             body.append(Guard(all_of(*[negation(c) for c in taken]), own, choice=self.name,
-                              shown=sp.true, hole=holes))
+                              shown=sym.true, hole=holes))
         note = None
         if epilogue is not None:
             from .epilogue import around, check_races, describe, privatize_parts
@@ -588,10 +588,10 @@ def _again(error):
 
 def fixed_sizes(cond, sizes):
     """{size: value} for each conjunct of `cond` that is Eq(size, integer)."""
-    terms = cond.args if isinstance(cond, sp.And) else (cond,)
+    terms = cond.args if isinstance(cond, sym.And) else (cond,)
     out = {}
     for t in terms:
-        if isinstance(t, sp.Eq):
+        if isinstance(t, sym.Eq):
             a, b = t.args
             if b in sizes and a.is_Integer:
                 a, b = b, a
@@ -603,7 +603,7 @@ def fixed_sizes(cond, sizes):
 def with_sizes(state, fixed):
     """`state` with the sizes in `fixed` replaced by their values in every loop extent
     and guard."""
-    axes = [replace(a, extent=sp.sympify(a.extent).xreplace(fixed)) for a in state.axes]
+    axes = [replace(a, extent=sym.sympify(a.extent).xreplace(fixed)) for a in state.axes]
     return state.with_axes(axes, guards=tuple(g.xreplace(fixed) for g in state.guards))
 
 

@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass, field, replace as dc_replace
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 
 class LoopKind(enum.Enum):
@@ -72,11 +72,11 @@ class Buffer:
 
 @dataclass(frozen=True, eq=False)
 class Loop(Node):
-    var: sp.Symbol
-    extent: sp.Expr
+    var: sym.Symbol
+    extent: sym.Expr
     body: tuple
     kind: LoopKind = LoopKind.SERIAL
-    start: sp.Expr = sp.Integer(0)
+    start: sym.Expr = sym.Integer(0)
     reduction: bool = False     # iterates over a reduced index (for handles and legality)
     tail: VectorTail = VectorTail.PEEL     # VECTOR loops: a scalar remainder or masked lanes
     plan: object = None         # the vector plan (schedule/vectorize.py), or None
@@ -91,13 +91,13 @@ class Loop(Node):
 
 @dataclass(frozen=True, eq=False)
 class Guard(Node):
-    cond: sp.Basic
+    cond: sym.Basic
     body: tuple
     note: str = None            # why the guard is there, when a pass made it ("whole tile")
     choice: str = None          # the schedule it selects, when it is a stage's choice among
     #                             its specializations (C#1, ..., C for its own); a choice's
     #                             condition is on sizes and parameters only
-    shown: sp.Basic = None      # a choice's own condition: `cond` is it and the negations
+    shown: sym.Basic = None      # a choice's own condition: `cond` is it and the negations
     #                             of the choices before it, the printer's `elif shown:`
     hole: bool = False          # a choice whose nest is not lowered yet (schedule/nests.py):
     #                             a build may only leave it out
@@ -217,7 +217,7 @@ def symbols_of(e):
     """The free symbols of an index expression, memoized (sympy walks the expression
     again at every `free_symbols`; code generation asks about the same few hundred
     expressions for every address and vector it emits)."""
-    return frozenset(sp.sympify(e).free_symbols)
+    return frozenset(sym.sympify(e).free_symbols)
 
 
 def structure_key(kernel):
@@ -237,29 +237,29 @@ def structure_key(kernel):
 
     texts = {}
 
-    def sym(e):
+    def expr_key(e):
         """An expression's structure: its class and arguments (sympy keeps the arguments
         of Add, Mul, Min and the logic in a canonical order), loop variables by their
         canonical names. Neither rebuilt (sympy would re-evaluate every Min and
         relation) nor printed (sympy's printer sorts every sum's terms, most of this
         function's time)."""
-        e = sp.sympify(e)
+        e = sym.sympify(e)
         text = texts.get(e)
         if text is None:
-            if isinstance(e, sp.Symbol):
+            if isinstance(e, sym.Symbol):
                 text = name(e, "v") if e.__class__.__name__ == "Index" else \
                     f"{e.__class__.__name__}:{e.name}"
             elif not e.args:
                 text = f"{e.__class__.__name__}:{e}"
             else:
-                text = f"{e.__class__.__name__}({', '.join(sym(a) for a in e.args)})"
+                text = f"{e.__class__.__name__}({', '.join(expr_key(a) for a in e.args)})"
             texts[e] = text
         return text
 
     def buf(b):
         if id(b) not in names:
             alias = buf(b.alias) if b.alias is not None else None
-            shape = [sym(d) for d in b.shape]
+            shape = [expr_key(d) for d in b.shape]
             name(b, "b")
             out.append(f"buffer {names[id(b)][0]} {b.name} {shape} {b.dtype.str} "
                        f"{b.scope.value} {alias}")
@@ -269,9 +269,9 @@ def structure_key(kernel):
         if isinstance(e, Const):
             return f"Const({e.value!r}, {e.dtype.str}, {e.weak})"
         if isinstance(e, Access):
-            return f"{buf(e.tensor)}[{', '.join(sym(i) for i in e.index)}]"
+            return f"{buf(e.tensor)}[{', '.join(expr_key(i) for i in e.index)}]"
         if isinstance(e, IndexValue):
-            return f"IndexValue({sym(e.expr)})"
+            return f"IndexValue({expr_key(e.expr)})"
         if isinstance(e, Op):
             return f"{e.name}:{e.dtype.str}({', '.join(value(a) for a in e.args)})"
         raise TypeError(f"structure_key: value {e!r}")
@@ -282,20 +282,20 @@ def structure_key(kernel):
         pad = " " * depth
         if isinstance(n, Loop):
             plan = "" if n.plan is None else f" plan {n.plan.describe()}"
-            out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {sym(n.start)} "
-                       f"{sym(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
+            out.append(f"{pad}loop {name(n.var, 'v')} {n.var.name} {expr_key(n.start)} "
+                       f"{expr_key(n.extent)} {n.kind.value} {n.tail.value} {n.reduction}{plan}")
         elif isinstance(n, Guard):
-            out.append(f"{pad}guard {sym(n.cond)} {n.note} {n.choice}{' hole' * n.hole}")
+            out.append(f"{pad}guard {expr_key(n.cond)} {n.note} {n.choice}{' hole' * n.hole}")
         elif isinstance(n, Allocate):
             out.append(f"{pad}allocate {buf(n.buffer)}")
         elif isinstance(n, Store):
-            out.append(f"{pad}store {buf(n.buffer)}[{', '.join(sym(i) for i in n.index)}] = "
+            out.append(f"{pad}store {buf(n.buffer)}[{', '.join(expr_key(i) for i in n.index)}] = "
                        f"{value(n.value)}")
         elif isinstance(n, Update):
             arg = "" if n.arg is None else (f" arg {buf(n.arg.buffer)}"
-                                            f"[{', '.join(sym(i) for i in n.arg.index)}] "
+                                            f"[{', '.join(expr_key(i) for i in n.arg.index)}] "
                                             f"{value(n.arg.position)} {n.arg.ordered}")
-            out.append(f"{pad}update {buf(n.buffer)}[{', '.join(sym(i) for i in n.index)}] "
+            out.append(f"{pad}update {buf(n.buffer)}[{', '.join(expr_key(i) for i in n.index)}] "
                        f"{n.combiner} {n.fast_math} {value(n.value)}{arg}")
         elif isinstance(n, Stage):
             out.append(f"{pad}stage {n.definition.name}")

@@ -18,7 +18,7 @@ compiled program is rewritten here the same way, for the call path's layout vari
   follows is handed back transposed, a view in its inputs' layout, as numpy's ufuncs
   (order='K') hand back theirs.
 """
-from sympy import sympify
+from tex.symbolic import sympify
 
 from tex.expr import Access, Index, rebuild, walk, with_children
 from tex.program import Program

@@ -1,7 +1,7 @@
 """Which loop order reads memory with unit stride: a question the auto schedule asks
 and the default nest (stage.py) asks too, kept apart from both so that neither imports
 the other."""
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import Access, affine_terms, walk as walk_expr
@@ -28,7 +28,7 @@ def prefers_reduction_outside(defn):
     last, reduced = defn.indices[-1], red.over[-1]
 
     def uses(node, x):
-        return any(x in sp.sympify(ix).free_symbols for ix in node.index)
+        return any(x in sym.sympify(ix).free_symbols for ix in node.index)
     both = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
             uses(n, last) and uses(n, reduced)]
     return unit_stride_score(both, last) > unit_stride_score(both, reduced)
@@ -70,7 +70,7 @@ def index_inside_reduction(defn):
         return None
     reduced = red.over[-1]
     reads = [n for n in walk_expr(red.body) if isinstance(n, Access) and n.index and
-             reduced in set().union(*(sp.sympify(ix).free_symbols for ix in n.index))]
+             reduced in set().union(*(sym.sympify(ix).free_symbols for ix in n.index))]
     if unit_stride_score(reads, defn.indices[-1]) or unit_stride_score(reads, reduced):
         return None
     scores = {x: unit_stride_score(reads, x) for x in defn.indices[:-1]}

@@ -5,7 +5,7 @@ Each raises `ScheduleError` naming the primitive, the stage, the loop and the re
 import enum
 from dataclasses import replace
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -40,7 +40,7 @@ class Tail(enum.Enum):
 
 def show(e):
     """An index expression with loop variables under their display names."""
-    e = sp.sympify(e)
+    e = sym.sympify(e)
     return format_size(e)         # (an Index prints its display name)
 
 
@@ -83,7 +83,7 @@ def split(state, var, factor, tail=Tail.PEEL):
         _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
     if factor < 1:
         _fail("split", state, f"loop {axis.name}: factor must be >= 1, got {factor}")
-    E, T = axis.extent, sp.Integer(factor)
+    E, T = axis.extent, sym.Integer(factor)
     outer = Index(fresh_name(state, axis.name + "o"))
     inner = Index(fresh_name(state, axis.name + "i"))
     divisible = E.is_Integer and int(E) % factor == 0
@@ -105,7 +105,7 @@ def split(state, var, factor, tail=Tail.PEEL):
     old = axis.var
     subst = {x: e.xreplace({old: outer * T + inner}) for x, e in state.subst.items()}
     guards = tuple(g.xreplace({old: outer * T + inner}) for g in guards)
-    new_axes = [replace(a, extent=sp.sympify(a.extent).xreplace({old: outer * T + inner}))
+    new_axes = [replace(a, extent=sym.sympify(a.extent).xreplace({old: outer * T + inner}))
                 for a in new_axes]
     return state.with_axes(new_axes, subst=subst, guards=guards), outer, inner
 
@@ -147,7 +147,7 @@ def _check_not_anchor(prim, state, axis):
 def _check_extents(prim, state, axes):
     seen = set()
     for a in axes:
-        deps = sp.sympify(a.extent).free_symbols & {b.var for b in state.axes}
+        deps = sym.sympify(a.extent).free_symbols & {b.var for b in state.axes}
         if not deps <= seen:
             bad = ", ".join(sorted(v.name for v in deps - seen))
             _fail(prim, state, f"loop {a.name} has extent {show(a.extent)}, which depends on loop "
@@ -272,11 +272,11 @@ def _into_parts(prim, state, axis, parts, outermost):
               "tex.param")
     if isinstance(parts, int) and parts < 1:
         _fail(prim, state, f"loop {axis.name}: parts must be >= 1, got {parts}")
-    E = sp.sympify(axis.extent)
+    E = sym.sympify(axis.extent)
     if E.free_symbols & {a.var for a in state.axes}:
         _fail(prim, state, f"loop {axis.name} has extent {show(E)}, which depends on "
               "another loop")
-    P = sp.sympify(parts)
+    P = sym.sympify(parts)
     chunk = CeilDiv(E, P)
     outer = Index(fresh_name(state, axis.name + "o"))
     inner = Index(fresh_name(state, axis.name + "i"))
@@ -289,7 +289,7 @@ def _into_parts(prim, state, axis, parts, outermost):
                 new_axes.append(Axis(outer, P, axis.reduction))
             new_axes.append(Axis(inner, Min(chunk, E - outer * chunk), axis.reduction))
         else:
-            new_axes.append(replace(a, extent=sp.sympify(a.extent).xreplace({old: rebuilt})))
+            new_axes.append(replace(a, extent=sym.sympify(a.extent).xreplace({old: rebuilt})))
     subst = {x: e.xreplace({old: rebuilt}) for x, e in state.subst.items()}
     guards = tuple(g.xreplace({old: rebuilt}) for g in state.guards)
     return state.with_axes(new_axes, subst=subst, guards=guards), outer, inner

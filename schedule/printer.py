@@ -8,7 +8,7 @@
 
 Loop variables are objects; two with one display name print as `i`, `i_1`, ...
 """
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import Access, Const, IndexValue, Op, all_of, const_text, negation
 from tex.indices import format_size
@@ -38,7 +38,7 @@ class _Names:
                 if isinstance(n, Loop) and n.var not in self.names:
                     self.names[n.var] = unique_name(n.var.name, used)
                     used.add(self.names[n.var])
-        self.subs = {v: sp.Symbol(nm) for v, nm in self.names.items()}
+        self.subs = {v: sym.Symbol(nm) for v, nm in self.names.items()}
 
     def _scoped(self, node, around):
         """Name the loops under `node` apart from the names `around` them; False when a
@@ -53,7 +53,7 @@ class _Names:
         return all(self._scoped(child, around) for child in children(node))
 
     def sym(self, e):
-        return format_size(sp.sympify(e).xreplace(self.subs) if self.subs else e)
+        return format_size(sym.sympify(e).xreplace(self.subs) if self.subs else e)
 
 
 def format_nest(node, indent=0):
@@ -97,7 +97,7 @@ def _chain(guards):
     for k, g in enumerate(guards):
         if g.shown is None or g.cond != all_of(g.shown, *[negation(c) for c in before]):
             return None
-        heads.append("else" if g.shown is sp.true and k == len(guards) - 1 and k > 0
+        heads.append("else" if g.shown is sym.true and k == len(guards) - 1 and k > 0
                      else ("if" if k == 0 else "elif"))
         before.append(g.shown)
     return heads

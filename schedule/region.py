@@ -8,7 +8,7 @@ lands inside it. Reads are rewritten to `local[index - start]`.
 """
 from dataclasses import dataclass
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import Access, CeilDiv, Min, rebuild, with_children
@@ -19,11 +19,11 @@ def upper_bound(extent, loop_vars):
     form Min(T, E - o*T): the constant T bounds them, also inside the ceiling of a
     split of a split (ceiling(Min(192, M - 192*io)/6) <= 32); otherwise take the loops
     at 0 (extents shrink as outer loops advance)."""
-    extent = sp.sympify(extent)
-    if isinstance(extent, sp.Min):
+    extent = sym.sympify(extent)
+    if isinstance(extent, sym.Min):
         consts = [a for a in extent.args if a.is_Integer]
         if consts:
-            return sp.Integer(min(int(c) for c in consts))
+            return sym.Integer(min(int(c) for c in consts))
     if isinstance(extent, CeilDiv) and extent.args[1].is_Integer and extent.args[1] > 0:
         bound = upper_bound(extent.args[0], loop_vars)
         if bound.is_Integer:
@@ -46,23 +46,23 @@ def read_box(prim, stage_name, value, buf, inner, extents, loop_vars):
     for node in _accesses(value, buf):
         s, r = [], []
         for axis, ix in enumerate(node.index):
-            outer_part, reach = sp.expand(ix), sp.Integer(0)
+            outer_part, reach = sym.expand(ix), sym.Integer(0)
             for var in sorted(inner & outer_part.free_symbols, key=lambda v: v.name):
                 c = outer_part.coeff(var)
                 if c.free_symbols & inner or not c.is_nonnegative:
                     raise ScheduleError(f"{prim}: in stage {stage_name}, the index {ix} of "
                                         f"{buf.name} does not grow with loop {var.name}")
                 reach += c * (upper_bound(extents[var], loop_vars) - 1)
-                outer_part = sp.expand(outer_part - c * var)
+                outer_part = sym.expand(outer_part - c * var)
             s.append(outer_part)
             r.append(reach)
         if starts is None:
             starts, reaches = s, r
-        elif any(sp.expand(a - b) != 0 for a, b in zip(s, starts)):
+        elif any(sym.expand(a - b) != 0 for a, b in zip(s, starts)):
             raise ScheduleError(f"{prim}: in stage {stage_name}, {buf.name} is read at two "
                                 "different offsets below the loop; no single box covers both")
         else:
-            reaches = [sp.Max(a, b) for a, b in zip(reaches, r)]
+            reaches = [sym.Max(a, b) for a, b in zip(reaches, r)]
     if starts is None:
         raise ScheduleError(f"{prim}: stage {stage_name} does not read {buf.name} below the loop")
     size = tuple(r + 1 for r in reaches)
@@ -80,6 +80,6 @@ def rewrite_reads(value, buf, local, box):
     def fn(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Access) and node.tensor is buf:
-            return Access(local, [sp.expand(ix - s) for ix, s in zip(node.index, box.start)])
+            return Access(local, [sym.expand(ix - s) for ix, s in zip(node.index, box.start)])
         return node
     return rebuild(value, fn)

@@ -16,7 +16,7 @@ Each rewrite returns a note saying what it did, for the printed schedule. The
 rewritten program keeps the original's inputs, in their order (its calling
 convention), and its outputs' names.
 """
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.expr import (Access, Const, Index, IndexValue, Op, Reduce, rebuild, substitute_indices,
@@ -69,10 +69,10 @@ def structure(d, rep=lambda t: t):
     names = {x: f"o{n}" for n, x in enumerate(d.indices)}
     if red is not None:
         names.update({x: f"r{n}" for n, x in enumerate(red.over)})
-    subs = {x: sp.Symbol(v) for x, v in names.items()}
+    subs = {x: sym.Symbol(v) for x, v in names.items()}
 
     def idx(e):
-        return str(sp.sympify(e).xreplace(subs))
+        return str(sym.sympify(e).xreplace(subs))
 
     def text(e):
         if isinstance(e, Const):
@@ -152,7 +152,7 @@ def _distribution(s, readers, program, fast_math):
     if not all(COMBINERS["sum"].may_reassociate(r.dtype, fast_math and r.fast_math)
                for r in sums):
         return None
-    if not all(isinstance(sp.sympify(ix), Index) for ix in read.index) or \
+    if not all(isinstance(sym.sympify(ix), Index) for ix in read.index) or \
             len(set(read.index)) != len(read.index) or set(red.over) - set(read.index):
         return None
     to_s = dict(zip(c.indices, read.index))        # C's output index -> S's index
@@ -199,7 +199,7 @@ def _indices_of(e):
     for n in walk(e):
         if isinstance(n, Access):
             for ix in n.index:
-                out |= {v for v in sp.sympify(ix).free_symbols if isinstance(v, Index)}
+                out |= {v for v in sym.sympify(ix).free_symbols if isinstance(v, Index)}
         elif isinstance(n, IndexValue):
             out |= {v for v in n.expr.free_symbols if isinstance(v, Index)}
     return out
@@ -211,7 +211,7 @@ def _ordered_indices(e):
     for n in walk(e):
         if isinstance(n, Access):
             for ix in n.index:
-                for v in sorted(sp.sympify(ix).free_symbols, key=str):
+                for v in sorted(sym.sympify(ix).free_symbols, key=str):
                     if isinstance(v, Index) and v not in seen:
                         seen.append(v)
     return seen

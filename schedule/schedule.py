@@ -11,7 +11,7 @@ The user-facing methods are thin recorders: each resolves its loop arguments, ca
 pure primitive (schedule/primitives.py) and appends a frozen step record. Replaying
 the records on a fresh schedule of the same program gives the same loop nest.
 """
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import AutoParts, Param
@@ -432,7 +432,7 @@ class Schedule:
             # the names specialize() takes: sizes, the program's and the steps' parameters
             steps = [x for h in self.stages for x in h.params() if isinstance(x, Param)]
             names = {str(x): x for x in [*self.program.sizes, *self.program.params, *steps]}
-            stage.specialize(sp.sympify(st.condition, locals=names))
+            stage.specialize(sym.sympify(st.condition, locals=names))
 
     def _parts(self, parts):
         """A recorded split_k part count (steps.recorded_parts) as split_k takes it."""
@@ -441,8 +441,8 @@ class Schedule:
         if isinstance(parts, str) and parts.startswith("auto:"):
             name, rows, length, *rule = parts[len("auto:"):].split("|")
             names = {str(x): x for x in self.program.sizes}
-            return AutoParts(name, sp.sympify(rows, locals=names),
-                             sp.sympify(length, locals=names), *rule[:1], *map(int, rule[1:]))
+            return AutoParts(name, sym.sympify(rows, locals=names),
+                             sym.sympify(length, locals=names), *rule[:1], *map(int, rule[1:]))
         return parts
 
     @property

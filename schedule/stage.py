@@ -20,7 +20,7 @@ import enum
 from dataclasses import dataclass, replace
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -51,7 +51,7 @@ class Layout(enum.Enum):
 class Axis:
     """One loop of a stage: a unique variable, its extent, whether it reduces, its kind."""
     var: Index
-    extent: sp.Expr
+    extent: sym.Expr
     reduction: bool
     kind: LoopKind = LoopKind.SERIAL
     tail: VectorTail = VectorTail.PEEL     # for a vector loop
@@ -103,7 +103,7 @@ def _retarget(expr, buffers, subst):
     def fn(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Access):
-            return Access(buffers[node.tensor], [sp.sympify(ix).xreplace(subst)
+            return Access(buffers[node.tensor], [sym.sympify(ix).xreplace(subst)
                                                  for ix in node.index])
         if isinstance(node, IndexValue):
             return IndexValue(node.expr.xreplace(subst))
@@ -115,7 +115,7 @@ def _nest(axes, body, guards=()):
     body = tuple(body)
     if guards:
         cond = all_of(*guards)
-        if cond is not sp.true:
+        if cond is not sym.true:
             body = (Guard(cond, body),)
     for a in reversed(axes):
         body = (Loop(a.var, a.extent, body, a.kind, reduction=a.reduction, tail=a.tail),)
@@ -189,7 +189,7 @@ def _local_tiles(state, value, buffers, states):
 
 def _local_scope(shape, dtype):
     """A copy of constant size up to 64 KiB lives on the stack, a larger one on the heap."""
-    small = all(sp.sympify(z).is_Integer for z in shape) and \
+    small = all(sym.sympify(z).is_Integer for z in shape) and \
         int(np.prod([int(z) for z in shape])) * np.dtype(dtype).itemsize <= 64 * 1024
     return Scope.LOCAL if small else Scope.TEMP
 
@@ -197,7 +197,7 @@ def _local_scope(shape, dtype):
 def _never_negative(ix):
     """An index that is a sum of loop variables with non-negative constant coefficients
     and a non-negative constant."""
-    terms = sp.Add.make_args(sp.expand(ix))
+    terms = sym.Add.make_args(sym.expand(ix))
     for t in terms:
         coeff, rest = t.as_coeff_Mul()
         if coeff < 0 or not (rest == 1 or isinstance(rest, Index) or
@@ -217,17 +217,17 @@ def _panel_copy(state, value, buf, inner_axes):
     reads = []
     for node in walk_expr(value):
         if isinstance(node, Access) and node.tensor is buf and not any(
-                all(sp.expand(a - b) == 0 for a, b in zip(node.index, r.index)) for r in reads):
+                all(sym.expand(a - b) == 0 for a, b in zip(node.index, r.index)) for r in reads):
             reads.append(node)
     if len(reads) != 1:
         raise ScheduleError(f"pack: in stage {name}, {buf.name} is read at {len(reads)} "
                             "different indices below the loop; layout='loops' copies one read")
     read = reads[0]
-    used = set().union(*(sp.sympify(ix).free_symbols for ix in read.index))
+    used = set().union(*(sym.sympify(ix).free_symbols for ix in read.index))
     dims = [a for a in inner_axes if a.var in used]
     others = {a.var for a in inner_axes} - {a.var for a in dims}
     for a in dims:
-        if sp.sympify(a.extent).free_symbols & others:
+        if sym.sympify(a.extent).free_symbols & others:
             raise ScheduleError(f"pack: in stage {name}, loop {a.name} (read by {buf.name}) "
                                 "has an extent that depends on a loop the read does not use")
     loop_vars = state_vars(state)
@@ -235,7 +235,7 @@ def _panel_copy(state, value, buf, inner_axes):
     local = Buffer(f"{buf.name}_pack", shape, buf.dtype, _local_scope(shape, buf.dtype))
     where = tuple(a.var for a in dims)
     fresh = {v: Index(v.name) for v in where}      # the copy's own loop variables
-    src = Access(buf, [sp.sympify(ix).xreplace(fresh) for ix in read.index])
+    src = Access(buf, [sym.sympify(ix).xreplace(fresh) for ix in read.index])
     # Only a dimension whose index moves with a guarded loop (a guard-tailed split runs
     # past the tensor) can leave it: every other iteration is one of the definition's
     # own, which stay inside. Built unevaluated: sympy's assumption queries on every
@@ -243,11 +243,11 @@ def _panel_copy(state, value, buf, inner_axes):
     guarded = set().union(*(g.free_symbols for g in state.guards)) & set(state_vars(state))
     bounds = []
     for ix, sx, n in zip(src.index, read.index, buf.shape):
-        if not sp.sympify(sx).free_symbols & guarded:
+        if not sym.sympify(sx).free_symbols & guarded:
             continue
         if not _never_negative(ix):
-            bounds.append(sp.GreaterThan(ix, 0, evaluate=False))
-        bounds.append(sp.StrictLessThan(ix, n, evaluate=False))
+            bounds.append(sym.GreaterThan(ix, 0, evaluate=False))
+        bounds.append(sym.StrictLessThan(ix, n, evaluate=False))
     inside = all_of(*bounds)
     dst = tuple(fresh[v] for v in where)
     stores = [Guard(inside, (Store(local, dst, src),))] if bounds else [Store(local, dst, src)]
@@ -266,7 +266,7 @@ def _panel_copy(state, value, buf, inner_axes):
     if kinds and kinds[0] is LoopKind.SERIAL and \
             any(a.kind is LoopKind.PARALLEL for a in inner_axes):
         kinds[0] = LoopKind.PARALLEL
-    copy_axes = [Axis(fresh[a.var], sp.sympify(a.extent).xreplace(fresh), False, k, VectorTail.MASK)
+    copy_axes = [Axis(fresh[a.var], sym.sympify(a.extent).xreplace(fresh), False, k, VectorTail.MASK)
                  for a, k in zip(dims, kinds)]
     stmts = _nest(copy_axes, stores)
 
@@ -286,15 +286,15 @@ def _streaming_order(dims, index, buf):
     instead of MR elements of every row in turn for each ir, a TLB miss per element run
     at long K (4096 x 2048 A @ x 64, 1 thread: 28.8 -> 24.7 ms in-process; the `ik,kj`
     product takes 7 ms)."""
-    if len(dims) < 3 or not sp.sympify(dims[-1].extent).is_Integer:
+    if len(dims) < 3 or not sym.sympify(dims[-1].extent).is_Integer:
         return dims
-    row_strides = [sp.Mul(*buf.shape[d + 1:]) for d in range(len(buf.shape))]
+    row_strides = [sym.Mul(*buf.shape[d + 1:]) for d in range(len(buf.shape))]
 
     def stride(axis):
         terms = [affine_coefficient(ix, axis.var) for ix in index]
         if any(c is None for c in terms):
             return None
-        return sp.expand(sum(c * r for c, r in zip(terms, row_strides)))
+        return sym.expand(sum(c * r for c, r in zip(terms, row_strides)))
     inner = stride(dims[-1])
     if inner != 1 or int(dims[-1].extent) * np.dtype(buf.dtype).itemsize >= 64:
         return dims
@@ -304,8 +304,8 @@ def _streaming_order(dims, index, buf):
         return dims
     row = across[0]
     others = {a.var for a in dims if a is not row}
-    if sp.sympify(row.extent).free_symbols & others or any(
-            row.var in sp.sympify(a.extent).free_symbols for a in dims):
+    if sym.sympify(row.extent).free_symbols & others or any(
+            row.var in sym.sympify(a.extent).free_symbols for a in dims):
         return dims
     return [row] + [a for a in dims if a is not row]
 
@@ -409,9 +409,9 @@ def _privatized(state, value, out_buf, out_index, padded=frozenset()):
         kind = LoopKind.PARALLEL if n == 0 else LoopKind.SERIAL
         merge = (Loop(merge_index[n], extents[n], merge, kind),)
     if alias is not None:            # one part is the output; none still writes it
-        not_one = sp.Ne(parts, 1)
-        merge = () if not_one is sp.false else \
-            merge if not_one is sp.true else (Guard(not_one, merge),)
+        not_one = sym.Ne(parts, 1)
+        merge = () if not_one is sym.false else \
+            merge if not_one is sym.true else (Guard(not_one, merge),)
     return partial + merge
 
 
@@ -504,7 +504,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     target = None
     if arg:
         pos = Buffer(f"{d.name}_pos", acc.shape, np.dtype("int64"), Scope.LOCAL)
-        position = sp.Integer(0)
+        position = sym.Integer(0)
         for x in red.over:
             position = position * d.extents[x] + state.subst[x]
         target = ArgTarget(pos, acc_index, IndexValue(position))
@@ -517,7 +517,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     # an extent that depends on a reduction loop (the private part of a split reduction)
     # is unknown outside it: initialise and write back over its upper bound instead
     bound = {a.var for a in outer} | {a.var for a in inner_out}
-    inner_out = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols
+    inner_out = [replace(a, reduction=False) if sym.sympify(a.extent).free_symbols
                  & set(loop_vars) <= bound else
                  replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
                  for a in inner_out]
@@ -530,7 +530,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
     first = first_block(state, outer, level, first_red)
     if first is None:
         body += _nest(inner_out, init, init_guards)
-    elif first[1] is not sp.false:
+    elif first[1] is not sym.false:
         # the first block's tiles store: the output is initialised only if none runs
         body.append(Guard(first[1], _nest(inner_out, init, init_guards)))
     if level is not None:
@@ -552,7 +552,7 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
         last = back[-1] if back else None
         lanes = None
         if last is not None and last.kind is LoopKind.VECTOR and \
-                sp.sympify(last.extent).is_Integer:
+                sym.sympify(last.extent).is_Integer:
             order = tuple((a.var, upper_bound(a.extent, loop_vars)) for a in state.axes)
             lanes = (last.var, int(last.extent), order)
             if final and stores_across_lanes(state, last.var):
@@ -564,9 +564,9 @@ def _reduction_nest(state, value, out_buf, out_index, values_to=None, after=(),
                     sub, back_tail, lanes = folded
                     back = list(back[:-1]) + back_tail
                     result = substituted(result, sub)
-                    at = {x: sp.sympify(state.subst[x]).xreplace(sub) for x in d.indices} \
-                        if at is None else {x: sp.sympify(v).xreplace(sub) for x, v in at.items()}
-                    out_index = tuple(sp.sympify(ix).xreplace(sub) for ix in out_index)
+                    at = {x: sym.sympify(state.subst[x]).xreplace(sub) for x in d.indices} \
+                        if at is None else {x: sym.sympify(v).xreplace(sub) for x, v in at.items()}
+                    out_index = tuple(sym.sympify(ix).xreplace(sub) for ix in out_index)
                     out_guards = [g.xreplace(sub) for g in out_guards]
         rolled = rows_rolled(state, back, last) if final and register_tile else None
         if rolled is not None:
@@ -591,7 +591,7 @@ def _slice_values(state, slices, acc, acc_index, inner_out):
             f"fuse: {state.definition.name} is computed as {slices.count} slices for its "
             f"consumer, which reads them together; its slice loop {var.name} must run "
             "inside its reduction loops, in the register tile")
-    values = {n: Access(acc, [sp.sympify(ix).xreplace({var: n}) for ix in acc_index])
+    values = {n: Access(acc, [sym.sympify(ix).xreplace({var: n}) for ix in acc_index])
               for n in range(slices.count)}
     at = {x: state.subst[x] for x in state.definition.indices if x is not slices.var}
     return values, at, [a for a in inner_out if a.var is not var]
@@ -636,7 +636,7 @@ def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
     known = {a.var for a in outside}
     # a tile loop's extent may shrink in a tail (Min(T, E - o*T)); one that depends on
     # the reduction loops inside the level is taken at its bound
-    tile = [replace(a, reduction=False) if sp.sympify(a.extent).free_symbols & set(loop_vars)
+    tile = [replace(a, reduction=False) if sym.sympify(a.extent).free_symbols & set(loop_vars)
             <= known else replace(a, reduction=False, extent=upper_bound(a.extent, loop_vars))
             for a in tiled]
     shape = tuple(upper_bound(a.extent, loop_vars) for a in tile)
@@ -645,10 +645,10 @@ def _register_tile(state, value, out_buf, out_index, level, padded, first=None):
     update = Update(acc, index, red.combiner, value, state.fast_math)
     write = Update(out_buf, out_index, red.combiner, Access(acc, index), state.fast_math)
     back = _nest(tile, [write], _guards_for(state, outside))
-    if first is not None and first is not sp.false:
+    if first is not None and first is not sym.false:
         store = _nest(tile, [Store(out_buf, out_index, Access(acc, index))],
                       _guards_for(state, outside))
-        back = store if first is sp.true else (Guard(first, store),
+        back = store if first is sym.true else (Guard(first, store),
                                                Guard(negation(first), back))
     return (_nest(tile, [Store(acc, index, identity(red.combiner, red.dtype))]) +
             _nest(axes, [update], _update_guards(state, value, outside, padded)) + back)
@@ -670,7 +670,7 @@ def _update_guards(state, value, outside, padded):
         mentions = g.free_symbols & loop_vars
         safe = mentions <= allowed and all(
             a.tensor in padded for a in reads
-            if set().union(*(sp.sympify(ix).free_symbols for ix in a.index)) & mentions)
+            if set().union(*(sym.sympify(ix).free_symbols for ix in a.index)) & mentions)
         if not safe:
             kept.append(g)
     return tuple(kept)

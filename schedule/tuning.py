@@ -23,7 +23,7 @@ import math
 import random
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
@@ -61,8 +61,8 @@ def class_condition(program, cls):
     terms = []
     for name, lo, hi in cls:
         s = by_name[name]
-        terms += [sp.GreaterThan(s, lo), sp.StrictLessThan(s, hi)]
-    return sp.And(*terms) if terms else None
+        terms += [sym.GreaterThan(s, lo), sym.StrictLessThan(s, hi)]
+    return sym.And(*terms) if terms else None
 
 
 # ---------------------------------------------------------------- schedules
@@ -105,7 +105,7 @@ def main_stage(sched, sizes):
             continue
         work = 1
         for a in stage.state.axes:
-            work *= max(1, int(sp.sympify(a.extent).subs(env)))
+            work *= max(1, int(sym.sympify(a.extent).subs(env)))
         if work > most:
             best, most = stage, work
     return best
@@ -253,7 +253,7 @@ def _generic_plans(d, sizes, threads):
 
 def _env(d, sizes):
     def value(e):
-        e = sp.sympify(e)
+        e = sym.sympify(e)
         return int(e.subs({s: sizes[str(s)] for s in e.free_symbols if str(s) in sizes}))
     return value
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
 from tex.expr import Access, Const, IndexValue, Op, walk as walk_expr
@@ -26,9 +26,9 @@ def itemsize(dt):
 def affine_coefficient(expr, var):
     """c such that expr = c*var + rest with c and rest free of var; 0 if var is absent,
     None if expr is not affine in var."""
-    expr = sp.sympify(expr)
+    expr = sym.sympify(expr)
     if var not in symbols_of(expr):
-        return sp.Integer(0)
+        return sym.Integer(0)
     return _affine_coefficient(expr, var)
 
 
@@ -36,22 +36,22 @@ def affine_coefficient(expr, var):
 def _affine_coefficient(expr, var):
     # memoized: a code generator asks about the same index expressions many times.
     # A sum of terms each with var as a plain factor needs neither expand nor coeff.
-    c = sp.Integer(0)
-    for term in sp.Add.make_args(expr):
+    c = sym.Integer(0)
+    for term in sym.Add.make_args(expr):
         if var not in term.free_symbols:
             continue
-        factors = sp.Mul.make_args(term)
+        factors = sym.Mul.make_args(term)
         rest = [f for f in factors if f is not var]
         if len(rest) != len(factors) - 1 or any(var in f.free_symbols for f in rest):
             return _expanded_coefficient(expr, var)
-        c += sp.Mul(*rest)
+        c += sym.Mul(*rest)
     return c
 
 
 def _expanded_coefficient(expr, var):
-    expr = sp.expand(expr)
+    expr = sym.expand(expr)
     c = expr.coeff(var)
-    if var in c.free_symbols or var in sp.expand(expr - c * var).free_symbols:
+    if var in c.free_symbols or var in sym.expand(expr - c * var).free_symbols:
         return None
     return c
 
@@ -107,18 +107,18 @@ def plan_vector_loop(loop, fast_math=True, bits=None, partials=None, vnni=None):
 def local_flat(buf, index):
     """The flat element offset of buf[index] for a LOCAL buffer of constant shape (its
     strides are the contiguous ones), or None."""
-    if buf.scope is not Scope.LOCAL or not all(sp.sympify(d).is_Integer for d in buf.shape):
+    if buf.scope is not Scope.LOCAL or not all(sym.sympify(d).is_Integer for d in buf.shape):
         return None
-    flat, stride = sp.Integer(0), 1
+    flat, stride = sym.Integer(0), 1
     for ix, d in zip(reversed(index), reversed(buf.shape)):
-        flat += sp.sympify(ix) * stride
+        flat += sym.sympify(ix) * stride
         stride *= int(d)
     return flat
 
 
 def access_key(buf, index):
     """(buffer id, index) of an access, for sets of accesses."""
-    return id(buf), tuple(sp.sympify(ix) for ix in index)
+    return id(buf), tuple(sym.sympify(ix) for ix in index)
 
 
 def buffer_size(buf):
@@ -140,8 +140,8 @@ def sum_partials(kernel):
         if not loops or loops[-1] is None or len(index) != 1 or buf.ndim != 1:
             return False
         lp = loops[-1]
-        return (sp.sympify(index[0]) == lp.var and sp.sympify(lp.start) == 0
-                and sp.sympify(lp.extent) == sp.sympify(buf.shape[0]))
+        return (sym.sympify(index[0]) == lp.var and sym.sympify(lp.start) == 0
+                and sym.sympify(lp.extent) == sym.sympify(buf.shape[0]))
 
     def visit(node, loops):
         if isinstance(node, Loop):
@@ -171,7 +171,7 @@ def sum_partials(kernel):
                     merge = (isinstance(node, Update) and node.combiner == "sum"
                              and node.arg is None and a is v and node.buffer is not a.tensor
                              and covers(loops, a.tensor, a.index)
-                             and all(loops[-1].var not in sp.sympify(ix).free_symbols
+                             and all(loops[-1].var not in sym.sympify(ix).free_symbols
                                      for ix in node.index))
                     if not merge:
                         bad.add(id(a.tensor))
@@ -181,7 +181,7 @@ def sum_partials(kernel):
     visit(kernel, [])
     for k, buf in seen.items():
         if not (buf.scope is Scope.LOCAL and buf.dtype == np.int32 and buf.ndim == 1
-                and sp.sympify(buf.shape[0]).is_Integer):
+                and sym.sympify(buf.shape[0]).is_Integer):
             bad.add(k)
     changed = True
     while changed:                        # a copy is fine only between good buffers
@@ -230,7 +230,7 @@ class _Planner:
         self.row_updates = []       # Updates whose target moves with x
 
     def coefficient(self, expr):
-        key = sp.sympify(expr)
+        key = sym.sympify(expr)
         if key not in self.coeffs:
             self.coeffs[key] = affine_coefficient(key, self.var)
         c = self.coeffs[key]
@@ -274,7 +274,7 @@ class _Planner:
             return False
         if affine_coefficient(flat, self.var) != 1:
             return False
-        return sp.expand(flat.subs(self.var, self.loop.start)) == 0
+        return sym.expand(flat.subs(self.var, self.loop.start)) == 0
 
     def lanes_in_bounds(self, buf, index):
         """buf[index] is a row of a LOCAL buffer of constant shape that the loop walks
@@ -288,12 +288,12 @@ class _Planner:
         memory (a store per FMA: four rows streamed through a tile, 0.48x numpy; an int8
         tile's edge version of 48 of its 64 byte lanes kept the stores of every version
         of the nest in the loop: 2048^3 int8 -> int32 at 37 GOP/s, 1024^3 at 65)."""
-        if local_flat(buf, index) is None or not index or sp.sympify(index[-1]) != self.var:
+        if local_flat(buf, index) is None or not index or sym.sympify(index[-1]) != self.var:
             return False
         if any(self.var in symbols_of(ix) for ix in index[:-1]):
             return False
         bound, w = self.plan_.bound, self.plan_.width
-        start = sp.sympify(self.loop.start)
+        start = sym.sympify(self.loop.start)
         return start.is_Integer and start >= 0 and bound is not None and \
             int(start) + -(-bound // w) * w <= int(buf.shape[-1])
 
@@ -351,7 +351,7 @@ class _Planner:
     def statements(self, body, guards, masked):
         for s in body:
             if isinstance(s, Guard):
-                conds = [s.cond] if not isinstance(s.cond, sp.And) else list(s.cond.args)
+                conds = [s.cond] if not isinstance(s.cond, sym.And) else list(s.cond.args)
                 fixed = tuple(c for c in conds if self.var not in c.free_symbols)
                 for c in conds:
                     if c not in fixed:
@@ -395,10 +395,10 @@ class _Planner:
                 self.plan_.increasing.add(id(s))
 
     def condition(self, c):
-        if isinstance(c, (sp.And, sp.Or)):
+        if isinstance(c, (sym.And, sym.Or)):
             for a in c.args:
                 self.condition(a)
-        elif isinstance(c, sp.core.relational.Relational):
+        elif isinstance(c, sym.Relational):
             self.coefficient(c.lhs - c.rhs)
         else:
             raise _Refuse(f"guard {c} is not a comparison")
@@ -461,10 +461,10 @@ class _Planner:
 
 def _constant_bound(extent):
     """An integer upper bound of a loop extent (Min(64, N - 64*jo) -> 64), or None."""
-    e = sp.sympify(extent)
+    e = sym.sympify(extent)
     if e.is_Integer:
         return int(e)
-    if isinstance(e, sp.Min):
+    if isinstance(e, sym.Min):
         ints = [int(a) for a in e.args if a.is_Integer]
         return min(ints) if ints else None
     return None

@@ -27,7 +27,7 @@ import functools
 import weakref
 from dataclasses import dataclass
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import Access, Min, all_of, at_least, negation, walk as walk_expr
 
@@ -167,7 +167,7 @@ def _whole_tiles(node, in_tile=False, versions=True):
 
 def _is_tile(node):
     return isinstance(node, Loop) and node.kind in TILE_KINDS and \
-        sp.sympify(node.extent).is_Integer and sp.sympify(node.start).is_Integer
+        sym.sympify(node.extent).is_Integer and sym.sympify(node.start).is_Integer
 
 
 def _split_whole(loop, versions=True):
@@ -195,7 +195,7 @@ def _split_whole(loop, versions=True):
     if not terms or any(loop.var in t.free_symbols for t in terms):
         return None
     whole = all_of(*terms)
-    if whole is sp.false:
+    if whole is sym.false:
         return None                                      # (constant sizes: never whole)
 
     def strip(node):
@@ -205,7 +205,7 @@ def _split_whole(loop, versions=True):
             if fails[id(node)] is not None and fails[id(node)] <= terms:
                 return ()                                # false on the whole tile
         return node
-    if whole is sp.true:
+    if whole is sym.true:
         return (map_nest(loop, strip),)
     # a partial tile that reads B in place: versions of fewer vectors (edge_tiles), each
     # split in turn (its whole tile is a width of exactly that many vectors)
@@ -230,43 +230,43 @@ def _over_tile(cond, spans, value):
     Memoized: the same guards come back in each nest of a kernel's specializations (a
     matmul's first compile asks 126 times, 72 of them distinct)."""
     ranges = dict(spans)
-    parts = (sp.And if value else sp.Or).make_args(cond)
+    parts = (sym.And if value else sym.Or).make_args(cond)
     out = set()
     for r in parts:
         want = value
-        if isinstance(r, sp.Not):
+        if isinstance(r, sym.Not):
             r, want = r.args[0], not value
-        if not isinstance(r, (sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan,
-                              sp.GreaterThan)):
+        if not isinstance(r, (sym.StrictLessThan, sym.LessThan, sym.StrictGreaterThan,
+                              sym.GreaterThan)):
             return None
         # r holds <=> d > 0 (strict) or d >= 0, with d affine in the tile's variables
-        d = r.rhs - r.lhs if isinstance(r, (sp.StrictLessThan, sp.LessThan)) else r.lhs - r.rhs
-        strict = isinstance(r, (sp.StrictLessThan, sp.StrictGreaterThan))
+        d = r.rhs - r.lhs if isinstance(r, (sym.StrictLessThan, sym.LessThan)) else r.lhs - r.rhs
+        strict = isinstance(r, (sym.StrictLessThan, sym.StrictGreaterThan))
         picks = {}                   # d where it is smallest (to hold) or largest (to fail)
         for v, (lo, hi) in ranges.items():
             c = affine_coefficient(d, v)
             if c is None or not c.is_number:
                 return None
             if c:
-                picks[v] = sp.Integer((lo if c > 0 else hi) if want else (hi if c > 0 else lo))
+                picks[v] = sym.Integer((lo if c > 0 else hi) if want else (hi if c > 0 else lo))
         worst = d.xreplace(picks)
         if worst.free_symbols & set(ranges):
             return None
         # as `e >= 0` over the integers: holding, d > 0 is d - 1 >= 0; failing, d >= 0
         # fails when -d - 1 >= 0 and d > 0 fails when -d >= 0
         e = (worst - 1 if strict else worst) if want else (-worst if strict else -worst - 1)
-        out.add(at_least(e if _expanded(e) else sp.expand(e), 0))
+        out.add(at_least(e if _expanded(e) else sym.expand(e), 0))
     return frozenset(out)
 
 
 def _expanded(e):
-    """Is `e` a sum of products none of which holds a sum (what sp.expand gives, and
+    """Is `e` a sum of products none of which holds a sum (what sym.expand gives, and
     what the relations of tile guards nearly always are already: expand was half of
     _over_tile's time)?"""
-    for node in sp.preorder_traversal(e):
-        if isinstance(node, sp.Mul) and any(isinstance(f, sp.Add) for f in node.args):
+    for node in sym.preorder_traversal(e):
+        if isinstance(node, sym.Mul) and any(isinstance(f, sym.Add) for f in node.args):
             return False
-        if isinstance(node, sp.Pow) and isinstance(node.base, sp.Add):
+        if isinstance(node, sym.Pow) and isinstance(node.base, sym.Add):
             return False
     return True
 
@@ -284,18 +284,18 @@ def _peel_full_tiles(loop):
     for n in walk(loop):
         if not (isinstance(n, Loop) and n.kind is LoopKind.VECTOR):
             continue
-        e = sp.sympify(n.extent)
+        e = sym.sympify(n.extent)
         if jo not in e.free_symbols:
             continue
         if id(n) not in children:
             return None          # copies of deeper loops: more code than the tests save
-        if not isinstance(e, sp.Min) or len(e.args) != 2:
+        if not isinstance(e, sym.Min) or len(e.args) != 2:
             return None
         c = next((x for x in e.args if x.is_Integer), None)
         rest = next((x for x in e.args if not x.is_Integer), None)
         if c is None or rest is None or c <= 0 or affine_coefficient(rest, jo) != -c:
             return None
-        bound = sp.floor(sp.expand(rest + c * jo) / c)       # jo < bound: A - c*jo >= c
+        bound = sym.floor(sym.expand(rest + c * jo) / c)       # jo < bound: A - c*jo >= c
         if bound.free_symbols & inner_vars:
             return None                                       # not known before the loop
         tiles[e] = c
@@ -305,11 +305,11 @@ def _peel_full_tiles(loop):
 
     def whole(node):
         if isinstance(node, Loop) and node.kind is LoopKind.VECTOR and \
-                sp.sympify(node.extent) in tiles:
-            return node.replace(extent=tiles[sp.sympify(node.extent)])
+                sym.sympify(node.extent) in tiles:
+            return node.replace(extent=tiles[sym.sympify(node.extent)])
         return node
-    start, end = sp.sympify(loop.start), sp.sympify(loop.start) + sp.sympify(loop.extent)
-    mid = Min(sp.Max(split, start), end)
+    start, end = sym.sympify(loop.start), sym.sympify(loop.start) + sym.sympify(loop.extent)
+    mid = Min(sym.Max(split, start), end)
     full = map_nest(loop, whole).replace(extent=mid - start)
     rest = loop.replace(start=mid, extent=end - mid)
     return full, rest
@@ -326,7 +326,7 @@ def _transposed(loop, fast_math):
     if not isinstance(inner, Loop) or inner.kind is not LoopKind.VECTOR:
         return None
     j = loop.var
-    if j in sp.sympify(inner.start).free_symbols | sp.sympify(inner.extent).free_symbols:
+    if j in sym.sympify(inner.start).free_symbols | sym.sympify(inner.extent).free_symbols:
         return None
     plan = inner.plan if inner.plan is not None else plan_vector_loop(inner, fast_math)
     if isinstance(plan, str) or not hasattr(plan, "width") or plan.reductions or \
@@ -353,7 +353,7 @@ def _transposable(inner, plan, j):
             continue
         targets = [(s.buffer, s.index)] + ([(s.arg.buffer, s.arg.index)]
                                             if getattr(s, "arg", None) else [])
-        if any(j in sp.sympify(ix).free_symbols for _, index in targets for ix in index):
+        if any(j in sym.sympify(ix).free_symbols for _, index in targets for ix in index):
             return None
         values = [s.value] + ([s.arg.position] if getattr(s, "arg", None) else [])
         for v in values:

@@ -8,7 +8,7 @@ sums leave the registers (schedule/stage.py builds the nest; these decide its sh
 """
 from dataclasses import replace
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import Access, Index, IndexValue, Op, all_of, any_of, less, rebuild, with_children
 from tex.expr import walk as walk_expr
@@ -33,7 +33,7 @@ def first_block(state, outer, level, first_red):
     blocks = [a for a in state.axes[first_red:level] if a.reduction and a.var is not state.private]
     known = {a.var for a in outer}
     loop_vars = {a.var for a in state.axes}
-    if not blocks or any(sp.sympify(a.extent).free_symbols & loop_vars - known
+    if not blocks or any(sym.sympify(a.extent).free_symbols & loop_vars - known
                          for a in blocks):
         return None
     first = all_of(*(less(a.var, 0, strict=False) for a in blocks))
@@ -51,7 +51,7 @@ def _every_part_runs(state):
     if state.private is None:
         return True
     loop_vars = {a.var for a in state.axes}
-    return not any(sp.sympify(a.extent).free_symbols & loop_vars
+    return not any(sym.sympify(a.extent).free_symbols & loop_vars
                    for a in state.axes if a.var is state.private)
 
 
@@ -74,8 +74,8 @@ def stores_across_lanes(state, var):
     for f in epi.members:
         if not f.store:
             continue
-        index = [sp.sympify(state.subst[f.to_root[x]]) if f.to_root[x] in state.subst
-                 else sp.Integer(0) for x in f.definition.indices]
+        index = [sym.sympify(state.subst[f.to_root[x]]) if f.to_root[x] in state.subst
+                 else sym.Integer(0) for x in f.definition.indices]
         moves = [var in ix.free_symbols for ix in index]
         if moves and not moves[-1] and any(moves):
             return True
@@ -136,13 +136,13 @@ def fold_lanes(state, dtype, last, order):
     vec = Index(unique_name(last.var.name + "v", {a.name for a in state.axes}))
     lane = Index(unique_name(last.var.name + "l", {a.name for a in state.axes}))
     sub = {last.var: w * vec + lane}
-    loops = [replace(last, var=vec, extent=sp.Integer(width // w), reduction=False,
+    loops = [replace(last, var=vec, extent=sym.Integer(width // w), reduction=False,
                      kind=LoopKind.UNROLLED),
-             replace(last, var=lane, extent=sp.Integer(w), reduction=False)]
+             replace(last, var=lane, extent=sym.Integer(w), reduction=False)]
     at_last = [n for n, (v, _) in enumerate(order) if v is last.var]
     if at_last:
         n = at_last[0]
-        order = order[:n] + ((vec, sp.Integer(width // w)), (lane, sp.Integer(w))) + order[n + 1:]
+        order = order[:n] + ((vec, sym.Integer(width // w)), (lane, sym.Integer(w))) + order[n + 1:]
     return sub, loops, (lane, w, order)
 
 
@@ -170,7 +170,7 @@ def substituted(expr, sub):
     def fn(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Access):
-            return Access(node.tensor, [sp.sympify(ix).xreplace(sub) for ix in node.index])
+            return Access(node.tensor, [sym.sympify(ix).xreplace(sub) for ix in node.index])
         if isinstance(node, IndexValue):
             return IndexValue(node.expr.xreplace(sub))
         return node

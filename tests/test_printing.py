@@ -1,10 +1,10 @@
 """Printed sizes, index expressions and conditions read as Python: evaluated with Python's
-operators (and min, max, math.ceil) they give sympy's value. Python binds `//` and `%`
+operators (and min, max, math.ceil) they give the expression's value. Python binds `//` and `%`
 as tightly as `*`, so `3*(N // 4)` and `-(N // 2)` keep their parentheses."""
 import math
 import random
 
-import sympy as sp
+import tex.symbolic as sp
 
 import tex
 from tex.indices import format_size

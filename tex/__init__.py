@@ -3,9 +3,9 @@
 The public names are re-exported here only; tex's own modules never import this file's
 names (the import graph runs DSL -> scheduler -> backends).
 
-`import tex` loads only what it needs (numpy and a few small modules): sympy and
+`import tex` loads only what it needs (numpy and a few small modules): the scheduler and
 llvmlite come in with the first name that uses them (PEP 562 `__getattr__` below), and
-`tex.einsum` runs a kernel compiled by an earlier process without sympy
+`tex.einsum` runs a kernel compiled by an earlier process without them
 (backends/llvm/warm.py). In a notebook or a REPL a thread loads them while the user types
 the next cell (tex/warmup.py).
 """

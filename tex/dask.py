@@ -26,7 +26,7 @@ import pickle
 import sys
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 import tex
 from . import dtypes
@@ -284,9 +284,9 @@ def _out_shape(f, blocks):
     values = {}
     for t, b in zip(program.inputs, blocks):
         for d, n in zip(t.shape, np.shape(b)):
-            if isinstance(d, sp.Symbol):
+            if isinstance(d, sym.Symbol):
                 values[d] = n
-    return tuple(int(sp.sympify(d).subs(values)) for d in program.outputs[0].shape)
+    return tuple(int(sym.sympify(d).subs(values)) for d in program.outputs[0].shape)
 
 
 def _value_dtype(value_payload):
@@ -391,7 +391,7 @@ def _plan(program, arrays):
             if root is None:
                 root = next((find(("ax", t, axis)) for t, a in zip(program.inputs, arrays)
                              for axis, dim in enumerate(t.shape)
-                             if s in sp.sympify(dim).free_symbols and len(a.chunks[axis]) > 1),
+                             if s in sym.sympify(dim).free_symbols and len(a.chunks[axis]) > 1),
                             None)
             if root in chunked:
                 raise ValueError(f"{d.name} uses {s} as a value, which a chunk would see "
@@ -436,12 +436,12 @@ def _check_inputs(program, arrays, find, chunked, where):
             root = find(("ax", t, axis))
             if root not in chunked:
                 continue
-            if not isinstance(dim, sp.Symbol):
+            if not isinstance(dim, sym.Symbol):
                 raise ValueError(f"tensor {t.name}'s axis {axis} has the fixed size {dim} and "
                                  f"is split into chunks: {where(root)}")
             for u in program.inputs:
                 for ax2, d2 in enumerate(u.shape):
-                    if dim in sp.sympify(d2).free_symbols and find(("ax", u, ax2)) != root:
+                    if dim in sym.sympify(d2).free_symbols and find(("ax", u, ax2)) != root:
                         raise ValueError(f"size {dim} is both {t.name}'s axis {axis} and "
                                          f"{u.name}'s axis {ax2}, which are not chunked "
                                          f"alike: {where(root)}")
@@ -450,7 +450,7 @@ def _check_inputs(program, arrays, find, chunked, where):
 def _check_output(program, arrays, o, out_roots, find):
     """Every output axis follows an input axis of the same extent (its chunks)."""
     for x, root in zip(o.indices, out_roots):
-        ok = any(find(("ax", t, axis)) == root and sp.simplify(t.shape[axis] - o.extents[x]) == 0
+        ok = any(find(("ax", t, axis)) == root and sym.simplify(t.shape[axis] - o.extents[x]) == 0
                  for t in program.inputs for axis in range(t.ndim))
         if not ok:
             raise ValueError(f"{o.name}'s index {x} (extent {o.extents[x]}) does not run "

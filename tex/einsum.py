@@ -40,7 +40,7 @@ import string
 import sys
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from . import dtypes
 from .errors import ShapeError
@@ -209,10 +209,10 @@ def _spec(x):
     if isinstance(x, Tensor):
         return Spec(x.shape, x.dtype, x)
     if _is_shape_dtype(x):
-        return Spec(tuple(map(sp.sympify, x[0])), dtypes.as_dtype(x[1]), None)
+        return Spec(tuple(map(sym.sympify, x[0])), dtypes.as_dtype(x[1]), None)
     a = np.asarray(x)
     dtype = a.dtype if a.dtype.isnative else np.dtype(a.dtype.type)
-    return Spec(tuple(map(sp.Integer, a.shape)), dtype, None)
+    return Spec(tuple(map(sym.Integer, a.shape)), dtype, None)
 
 
 def resolve_labels(labels, specs):
@@ -247,7 +247,7 @@ def resolve_labels(labels, specs):
         name = label if label[0] != "." else "e" + label[1:]
         # a label whose every dimension is 1 has extent 1 (the kernel cache keeps the
         # pattern of 1s apart): a row vector times a matrix then gets its own schedule
-        extents[label] = from_tex[0][2] if from_tex else sp.Integer(1) if not large else \
+        extents[label] = from_tex[0][2] if from_tex else sym.Integer(1) if not large else \
             sizes(f"n_{name}")
         path_sizes[label] = int(numbers[0][2]) if numbers else 64 if large else 1
     dims = [tuple(None if (k, axis) in broadcast else label for axis, label in enumerate(term))
@@ -478,7 +478,7 @@ def _compile_kernel(key, subscripts, arrays, dtype, casting, optimize):
     else:
         program, tensors, _, _ = _build(subscripts, arrays, dtype, casting, optimize, "einsum")
         sizes = [{d: n for t, shape in zip(tensors, c) for d, n in zip(t.shape, shape)
-                  if isinstance(d, sp.Symbol)} for c in calls]
+                  if isinstance(d, sym.Symbol)} for c in calls]
         fn, perm = _compile_with_order(program, tensors, sizes)
     guard = _make_guard(fn, perm, not out_dims, [s.dtype for s in plan.specs], key,
                         plan.result)

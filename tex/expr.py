@@ -8,7 +8,7 @@ Invariants (sizes and indices: tex/indices.py):
 import functools
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from . import dtypes
 from .combiners import COMBINERS
@@ -122,7 +122,7 @@ class IndexValue(Expr):
     __slots__ = ("expr",)
 
     def __init__(self, expr):
-        self.expr, self.dtype = sp.sympify(expr), dtypes.INT64
+        self.expr, self.dtype = sym.sympify(expr), dtypes.INT64
 
 
 class Op(Expr):
@@ -173,8 +173,8 @@ def as_expr(x):
                      x.dtype if isinstance(x, np.generic) else None)
     if isinstance(x, np.ndarray) and x.ndim == 0:
         return Const(x.item(), x.dtype)
-    if isinstance(x, sp.Basic):
-        if isinstance(x, (sp.core.relational.Relational, sp.And, sp.Or, sp.Not)):
+    if isinstance(x, sym.Basic):
+        if isinstance(x, (sym.Relational, sym.And, sym.Or, sym.Not)):
             return _condition_value(x)           # a causal mask: tex.where(j <= i, ...)
         if index_symbols(x):
             # an integer index expression is one int64 value; `j * 0.5` is the float
@@ -199,14 +199,14 @@ def _size_value(e):
         return IndexValue(e)
     if e.is_Number:
         return Const(float(e))
-    num, den = sp.fraction(e)
+    num, den = sym.fraction(e)
     if den != 1:
         return op("true_divide", _size_value(num), _size_value(den))
-    if isinstance(e, (sp.Add, sp.Mul)):
-        return _chain("add" if isinstance(e, sp.Add) else "multiply",
+    if isinstance(e, (sym.Add, sym.Mul)):
+        return _chain("add" if isinstance(e, sym.Add) else "multiply",
                       [_size_value(a) for a in e.args])
-    if isinstance(e, sp.Pow):
-        if e.exp == sp.Rational(1, 2):
+    if isinstance(e, sym.Pow):
+        if e.exp == sym.Rational(1, 2):
             return op("sqrt", _size_value(e.base))
         return op("power", _size_value(e.base), _size_value(e.exp))
     raise TypeError(f"cannot use the size expression {e} as a value")
@@ -226,10 +226,10 @@ _RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_eq
 
 def _condition_value(c):
     """A relation of indices and sizes (sympy's `j <= i`) as a bool expression."""
-    if isinstance(c, sp.Not):
+    if isinstance(c, sym.Not):
         return op("logical_not", _condition_value(c.args[0]))
-    if isinstance(c, (sp.And, sp.Or)):
-        return _chain("logical_and" if isinstance(c, sp.And) else "logical_or",
+    if isinstance(c, (sym.And, sym.Or)):
+        return _chain("logical_and" if isinstance(c, sym.And) else "logical_or",
                       [_condition_value(a) for a in c.args])
     if c.rel_op not in _RELATIONS:
         raise TypeError(f"cannot use the relation {c} as a value")
@@ -616,7 +616,7 @@ def substitute_indices(e, mapping):
     def fn(node, kids):
         node = with_children(node, kids)
         if isinstance(node, Access):
-            return Access(node.tensor, [sp.sympify(ix).xreplace(mapping) for ix in node.index])
+            return Access(node.tensor, [sym.sympify(ix).xreplace(mapping) for ix in node.index])
         if isinstance(node, IndexValue):
             return IndexValue(node.expr.xreplace(mapping))
         return node
@@ -665,7 +665,7 @@ def _format(e):
     if isinstance(e, Access):
         return f"{e.tensor.name}[{', '.join(map(format_size, e.index)) or '()'}]", _ATOM
     if isinstance(e, IndexValue):
-        prec = 5 if isinstance(e.expr, sp.Add) else 6 if isinstance(e.expr, sp.Mul) else _ATOM
+        prec = 5 if isinstance(e.expr, sym.Add) else 6 if isinstance(e.expr, sym.Mul) else _ATOM
         return format_size(e.expr), prec
     if isinstance(e, Reduce):
         over = str(e.over[0]) if len(e.over) == 1 else f"({', '.join(map(str, e.over))})"
@@ -675,18 +675,18 @@ def _format(e):
     if isinstance(e, Op):
         args = [_format(a) for a in e.args]
         if e.name in _INFIX and len(args) == 2:
-            sym, prec = _INFIX[e.name]
+            op_text, prec = _INFIX[e.name]
             (lt, lp), (rt, rp) = args
             right_assoc = e.name == "power"
             if lp < prec or (right_assoc and lp == prec) or (prec == 1 and lp == 1):
                 lt = f"({lt})"
             if rp < prec or (not right_assoc and rp == prec):
                 rt = f"({rt})"
-            return f"{lt} {sym} {rt}", prec
+            return f"{lt} {op_text} {rt}", prec
         if e.name in ("negative", "invert", "logical_not"):
             (t, p), = args
-            sym = {"negative": "-", "invert": "~", "logical_not": "~"}[e.name]
-            return f"{sym}{t if p >= 7 else f'({t})'}", 7
+            op_text = {"negative": "-", "invert": "~", "logical_not": "~"}[e.name]
+            return f"{op_text}{t if p >= 7 else f'({t})'}", 7
         if e.name == "cast":
             if _weak_kind(e.args[0]) is not None:     # an implicit promotion: N, 1.0
                 return args[0]

@@ -1,9 +1,9 @@
 """Python's cyclic garbage collector held off while a kernel compiles.
 
-A first matmul allocates hundreds of thousands of Python objects (sympy expressions,
+A first matmul allocates hundreds of thousands of Python objects (symbolic expressions,
 llvmlite IR values), and every 700 allocations the collector walks the young ones,
-every tenth time the older ones too, up to every object of the process (sympy's and
-numpy's modules included): 72 collections, about a sixth of a first matmul's time
+every tenth time the older ones too, up to every object of the process (numpy's modules
+included): 72 collections, about a sixth of a first matmul's time
 (Zen 5). A compile leaves little cyclic garbage behind (llvmlite's IR graph, dropped
 with its module); the first collection after it frees that.
 

@@ -1,7 +1,8 @@
 """Sizes and indices: the symbols of index notation, and their affine arithmetic.
 
-- Sizes are sympy `Symbol`s (integer, non-negative); two sizes with one name are one size.
-- An `Index` is a `sympy.Dummy`: identity by object, never by name. It prints as the name
+- Sizes are `Symbol`s (integer, non-negative; tex.symbolic, tex's own algebra); two
+  sizes with one name are one size.
+- An `Index` is a `Dummy`: identity by object, never by name. It prints as the name
   the user gave it. One process holds one object per index: an index that is unpickled or
   copied is the object it was made from (or, in another process, one object for all
   the copies of it that arrive there).
@@ -14,25 +15,23 @@ import functools
 import keyword
 import weakref
 
-import sympy as sp
-from sympy.core.operations import AssocOp
-from sympy.printing.precedence import PRECEDENCE
-from sympy.printing.str import StrPrinter
+import tex.symbolic as sym
+from tex.symbolic import PRECEDENCE, CeilDiv, Min, StrPrinter, lower_bound
 
 from .errors import ShapeError
 
 
 def sizes(names):
     """`M, N, K = tex.sizes("M N K")`: symbolic sizes, bound from the arrays at call time."""
-    syms = tuple(sp.Symbol(n, integer=True, nonnegative=True)
+    syms = tuple(sym.Symbol(n, integer=True, nonnegative=True)
                  for n in _split_names(names, "sizes"))
     return syms[0] if len(syms) == 1 else syms
 
 
-class Index(sp.Dummy):
+class Index(sym.Dummy):
     """A loop index: a unique integer symbol carrying a display name and an optional extent.
 
-    Identity is the pair (name, sympy's dummy index): `_live` maps it to the one object of
+    Identity is the pair (name, dummy index): `_live` maps it to the one object of
     this process, so unpickling (in this process or another) and copying give back that
     object, and every expression that mentions the index holds the same one."""
     _live = weakref.WeakValueDictionary()
@@ -92,89 +91,14 @@ def argument_name(name, what, call_argument=False):
     return name
 
 
-class Param(sp.Symbol):
+class Param(sym.Symbol):
     """A scalar given to the compiled function by keyword at call time."""
 
     def __new__(cls, name):
         return super().__new__(cls, name, integer=True, positive=True)
 
-    def __getnewargs_ex__(self):
-        return (self.name,), {}
-
-
-class CeilDiv(sp.Function):
-    """ceiling(a / b) for integers, the trip count of a split's outer loop. sympy's own
-    `ceiling(Min(1020, 1024 - 1020*io)/6)` wrongly simplifies to the quotient (it takes
-    the Min of two even numbers over 6 for an integer), so splits use this function,
-    which evaluates only on integer arguments."""
-    is_integer = True
-
-    @classmethod
-    def eval(cls, a, b):
-        if a.is_Integer and b.is_Integer and b != 0:
-            return sp.Integer(-(-int(a) // int(b)))
-        if b == 1:
-            return a
-        return None
-
-    def _eval_is_nonnegative(self):
-        a, b = self.args
-        if a.is_nonnegative and b.is_positive:
-            return True
-        return None
-
-    def _sympystr(self, printer):
-        from sympy.printing.precedence import PRECEDENCE
-        a, b = self.args
-        return f"ceiling({printer.parenthesize(a, PRECEDENCE['Mul'])}/" \
-               f"{printer.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
-
-
-def lower_bound(e):
-    """An integer lower bound of the integer expression `e`, or None when none is cheap to
-    see: a constant plus non-negative multiples of products of sizes, indices and
-    parameters (each >= 0; a positive one >= 1), ceiling quotients of those and Mins of
-    those. It asks sympy's assumption system nothing: that system's first answer about
-    a new expression costs about a millisecond, and comparing extents asked it for most
-    of a matmul's schedule time."""
-    return _lower_bound(sp.sympify(e), expanded=False)
-
-
-def _lower_bound(e, expanded):
-    total = 0
-    for term in sp.Add.make_args(e):
-        c, rest = term.as_coeff_Mul()
-        if not c.is_Rational:
-            return None
-        if rest is sp.S.One:
-            total += c
-            continue
-        if c < 0:
-            return None
-        factors = sp.Mul.make_args(rest)
-        low = 1
-        for f in factors:
-            if not expanded and isinstance(f, (sp.Add, sp.Pow)):
-                return _lower_bound(sp.expand(e), expanded=True)   # (a + b)*c: distribute
-            f_low = _atom_lower_bound(f)
-            # a product of lower bounds bounds the product only when none is negative
-            if f_low is None or f_low < 0 and len(factors) > 1:
-                return None
-            low *= f_low
-        total += c * low
-    return total
-
-
-def _atom_lower_bound(f):
-    if isinstance(f, sp.Symbol):
-        return (1 if f.is_positive else 0) if f.is_integer and f.is_nonnegative else None
-    if isinstance(f, CeilDiv) and f.args[1].is_Integer and f.args[1] > 0:
-        low = lower_bound(f.args[0])
-        return None if low is None else -(-low // int(f.args[1]))
-    if isinstance(f, sp.Min):
-        lows = [lower_bound(a) for a in f.args]
-        return None if None in lows else min(lows)
-    return None
+    def __reduce__(self):
+        return (type(self), (self.name,))
 
 
 def _at_least(e, n=0):
@@ -182,109 +106,63 @@ def _at_least(e, n=0):
     return low is not None and low >= n
 
 
-class Min(sp.Min):
-    """sympy's Min, simplified without the assumption system: equal arguments and an
-    argument that another is known not to exceed (`lower_bound` of their difference) are
-    dropped, numbers folded; the rest is kept as it is. sympy's own compares every pair
-    through assumptions (about 10 ms a tile extent `Min(T, E - o*T)` in a fresh process)
-    and does it again each time an expression holding it is rebuilt; the tile extents
-    of splits, split-K and boxes are Mins of this class, and rebuilding one (xreplace,
-    subs) stays cheap."""
-
-    def __new__(cls, *args, **options):
-        options.pop("evaluate", None)
-        flat = []
-        for a in map(sp.sympify, args):
-            flat.extend(a.args if isinstance(a, sp.Min) else (a,))
-        kept = []
-        for a in dict.fromkeys(flat):
-            if any(_at_least(a - b) for b in kept):
-                continue                                  # a >= some b: not the least
-            kept = [b for b in kept if not _at_least(b - a)] + [a]
-        if len(kept) == 1:
-            return kept[0]
-        argset = frozenset(kept)
-        obj = sp.Expr.__new__(cls, *sp.ordered(argset))   # as sympy's MinMaxBase does
-        obj._argset = argset                                # (sympy 1.12-1.14)
-        return obj
-
-
 def less(a, b, strict=True):
-    """`a < b` (or `a <= b`) as a sympy relation: `sp.true` or `sp.false` when
-    `lower_bound` decides it, else kept unevaluated (sympy's evaluation asks the
-    assumption system; see `lower_bound`)."""
-    return _relation(sp.StrictLessThan if strict else sp.LessThan, a, b)
+    """`a < b` (or `a <= b`) as a relation: `sym.true` or `sym.false` when
+    `lower_bound` decides it, else kept as written."""
+    return _relation(sym.StrictLessThan if strict else sym.LessThan, a, b)
 
 
 def greater(a, b):
-    """`a > b` as a sympy relation, decided like `less` (a StrictGreaterThan when kept)."""
-    return _relation(sp.StrictGreaterThan, a, b)
+    """`a > b` as a relation, decided like `less` (a StrictGreaterThan when kept)."""
+    return _relation(sym.StrictGreaterThan, a, b)
 
 
 def at_least(a, b):
-    """`a >= b` as a sympy relation, decided like `less` (a GreaterThan when kept)."""
-    return _relation(sp.GreaterThan, a, b)
+    """`a >= b` as a relation, decided like `less` (a GreaterThan when kept)."""
+    return _relation(sym.GreaterThan, a, b)
 
 
 # (a relation's class, and whether it holds when b - a >= 0 or only when b - a >= 1);
 # a > b is b < a and a >= b is b <= a
-_LESS = {sp.StrictLessThan: (False, 1), sp.LessThan: (False, 0),
-         sp.StrictGreaterThan: (True, 1), sp.GreaterThan: (True, 0)}
-_NEGATED = {sp.StrictLessThan: sp.GreaterThan, sp.LessThan: sp.StrictGreaterThan,
-            sp.GreaterThan: sp.StrictLessThan, sp.StrictGreaterThan: sp.LessThan}
+_LESS = {sym.StrictLessThan: (False, 1), sym.LessThan: (False, 0),
+         sym.StrictGreaterThan: (True, 1), sym.GreaterThan: (True, 0)}
+_NEGATED = {sym.StrictLessThan: sym.GreaterThan, sym.LessThan: sym.StrictGreaterThan,
+            sym.GreaterThan: sym.StrictLessThan, sym.StrictGreaterThan: sym.LessThan}
 
 
 def _relation(cls, a, b):
-    return _decided_relation(cls, sp.sympify(a), sp.sympify(b))
+    return _decided_relation(cls, sym.sympify(a), sym.sympify(b))
 
 
 @functools.lru_cache(maxsize=8192)
 def _decided_relation(cls, a, b):
-    """_relation of sympy expressions, memoized: a schedule asks about the same extents
+    """_relation of expressions, memoized: a schedule asks about the same extents
     many times (a matmul's first compile: 280 relations, 171 distinct)."""
     swapped, gap = _LESS[cls]
     lo, hi = (b, a) if swapped else (a, b)
     if _at_least(hi - lo, gap):
-        return sp.true
+        return sym.true
     if _at_least(lo - hi, 1 - gap):
-        return sp.false
+        return sym.false
     return cls(a, b, evaluate=False)
 
 
 def negation(c):
-    """Not(c): an inequality becomes its opposite (the class sympy's `negated` gives),
-    decided like `less`; anything else goes to sympy's Not."""
-    c = sp.sympify(c)
+    """Not(c): an inequality becomes its opposite, decided like `less`; anything else
+    goes to Not."""
+    c = sym.sympify(c)
     cls = _NEGATED.get(type(c))
-    return sp.Not(c) if cls is None else _relation(cls, *c.args)
+    return sym.Not(c) if cls is None else _relation(cls, *c.args)
 
 
 def all_of(*conds):
-    """And(*conds) without sympy's search for contradictions among them (which puts
-    every relation in canonical form, a new expression each, and asks the assumption
-    system about it): true terms dropped, a false one decides, duplicates merged."""
-    return _lattice(sp.And, conds, sp.true, sp.false)
+    """And(*conds): true terms dropped, a false one decides, duplicates merged."""
+    return sym.And(*conds)
 
 
 def any_of(*conds):
     """Or(*conds), built like `all_of`."""
-    return _lattice(sp.Or, conds, sp.false, sp.true)
-
-
-def _lattice(cls, conds, identity, zero):
-    args = set()
-    for c in map(sp.sympify, conds):
-        if c is zero:
-            return zero
-        if c is not identity:
-            args.update(c.args if isinstance(c, cls) else (c,))
-    if len(args) < 2:
-        return args.pop() if args else identity
-    argset = frozenset(args)
-    # as sympy's LatticeOp does (sympy 1.12-1.14: canonical argument order, _argset)
-    obj = super(AssocOp, cls).__new__(cls, *sp.ordered(argset))
-    obj._argset = argset
-    return obj
+    return sym.Or(*conds)
 
 
 class AutoParts(Param):
@@ -298,18 +176,16 @@ class AutoParts(Param):
     block, is small: calls.thread_parts)."""
 
     def __new__(cls, name, rows, length, rule="split_k", block=1):
-        # not through sympy's symbol cache, which would hand back (and overwrite) the
-        # AutoParts of another program with the same name
-        obj = sp.Symbol.__xnew__(cls, name, integer=True, positive=True)
-        obj.rows, obj.length, obj.rule = sp.sympify(rows), sp.sympify(length), rule
+        obj = sym.Symbol.__new__(cls, name, integer=True, positive=True)
+        obj.rows, obj.length, obj.rule = sym.sympify(rows), sym.sympify(length), rule
         obj.block = int(block)
         return obj
 
     def _hashable_content(self):
         return super()._hashable_content() + (self.rows, self.length, self.rule, self.block)
 
-    def __getnewargs_ex__(self):
-        return (self.name, self.rows, self.length, self.rule, self.block), {}
+    def __reduce__(self):
+        return (AutoParts, (self.name, self.rows, self.length, self.rule, self.block))
 
 
 def _split_names(names, what=None):
@@ -333,12 +209,12 @@ def _split_names(names, what=None):
 
 
 def index_symbols(expr):
-    return {s for s in sp.sympify(expr).free_symbols if isinstance(s, Index)}
+    return {s for s in sym.sympify(expr).free_symbols if isinstance(s, Index)}
 
 
 def affine_terms(expr, where):
     """Split an affine index expression into ({Index: int coefficient}, offset)."""
-    expr = sp.expand(sp.sympify(expr))
+    expr = sym.expand(sym.sympify(expr))
     idx = index_symbols(expr)
     coeffs = {}
     offset = expr
@@ -349,7 +225,7 @@ def affine_terms(expr, where):
                              f"in {x} (coefficient {format_size(c)} is not an integer)")
         coeffs[x] = int(c)
         offset = offset - c * x
-    offset = sp.expand(offset)
+    offset = sym.expand(offset)
     if index_symbols(offset):
         raise ValueError(f"{where}: index expression {format_size(expr)} is not affine in "
                          "the indices")
@@ -361,10 +237,10 @@ def affine_terms(expr, where):
 
 def _floor_hint(e):
     """How to say `e` (a size expression that may not be an integer) with floor division."""
-    num, den = sp.fraction(sp.together(e))
+    num, den = sym.numer_denom(e)
     if den == 1:
         return f"{e} is not an integer size expression"
-    text = f"({format_size(num)})" if isinstance(num, sp.Add) else format_size(num)
+    text = f"({format_size(num)})" if isinstance(num, sym.Add) else format_size(num)
     dtext = f"({format_size(den)})" if not (den.is_Atom) else format_size(den)
     return f"sizes divide with //: write {text} // {dtext}, not {format_size(e)}"
 
@@ -372,10 +248,10 @@ def _floor_hint(e):
 def as_size(d, where):
     """An integer size expression (sizes, integers, //, %, min, max), or raise."""
     try:
-        d = sp.sympify(d)
-    except (sp.SympifyError, TypeError):
+        d = sym.sympify(d)
+    except (sym.SympifyError, TypeError):
         raise TypeError(f"{where}: {d!r} is not an integer or size expression") from None
-    if isinstance(d, sp.Basic) and d.is_number and not d.is_Integer:
+    if isinstance(d, sym.Basic) and d.is_number and not d.is_Integer:
         raise ShapeError(f"{where}: {format_size(d)} is not an integer")
     if d.is_integer is not True:
         raise ValueError(f"{where}: {_floor_hint(d)}")
@@ -385,8 +261,8 @@ def as_size(d, where):
 class _SizePrinter(StrPrinter):
     """Sizes, index expressions and conditions as a user writes them in Python:
     `T - R + 1`, `N // 2`, `N % 4`, `min(64, N - 64*jo)`, `ceil(N/64)`, `M == 1`,
-    `M >= 6 and N >= 32`, `not (...)` (sympy's own text says `Eq(M, 1)`, `Mod`, `Min`,
-    `ceiling` and `(M >= 6) & (N >= 32)`, `~(...)`)."""
+    `M >= 6 and N >= 32`, `not (...)` (`str` says `Eq(M, 1)`, `Mod`, `Min`, `ceiling`
+    and `(M >= 6) & (N >= 32)`, `~(...)`, as sympy did)."""
 
     def _print_Relational(self, e):
         lhs, op, rhs = _as_bound(e)
@@ -425,27 +301,8 @@ class _SizePrinter(StrPrinter):
         return f"{self.parenthesize(e.args[0], PRECEDENCE['Mul'])} % " \
                f"{self.parenthesize(e.args[1], PRECEDENCE['Mul'] + 1)}"
 
-    def _print_Add(self, e, order=None):
-        # terms added, then subtracted, a number last (T - R + 1), or first when nothing
-        # else is added (1024 - 48*io)
-        lead = all(a.is_number or a.could_extract_minus_sign() for a in e.args)
-        order = {a: n for n, a in enumerate(e.as_ordered_terms())}    # sympy's: ki + 8*ko
-        terms = sorted(e.args, key=lambda a: (not (lead and a.is_number and a > 0),
-                                              a.is_number, a.could_extract_minus_sign(),
-                                              order[a]))
-        out = self._print(terms[0])
-        for t in terms[1:]:
-            if t.could_extract_minus_sign():
-                out += f" - {self.parenthesize(-t, PRECEDENCE['Add'])}"
-            else:
-                out += f" + {self.parenthesize(t, PRECEDENCE['Add'])}"
-        return out
-
-    def _print_Float(self, e):        # 1.5, not sympy's 1.50000000000000
-        return repr(float(e))
-
     def _print_floor(self, e):
-        num, den = sp.fraction(sp.together(e.args[0]))
+        num, den = sym.numer_denom(e.args[0])
         if den == 1:
             return f"floor({self._print(e.args[0])})"
         return f"{self.parenthesize(num, PRECEDENCE['Mul'])} // " \
@@ -474,14 +331,14 @@ def _as_bound(rel):
     canonical form). The constant goes to the side it adds to, or, when it is the
     1 that makes the comparison strict, away (integers: `Q <= P - 1` is `Q < P`)."""
     lhs, op, rhs = rel.lhs, rel.rel_op, rel.rhs
-    if rhs != 0 or not isinstance(lhs, sp.Add) or op not in ("<", "<=", ">", ">="):
+    if rhs != 0 or not isinstance(lhs, sym.Add) or op not in ("<", "<=", ">", ">="):
         return lhs, op, rhs
-    c = sum((t for t in lhs.args if t.is_number), sp.Integer(0))
+    c = sum((t for t in lhs.args if t.is_number), sym.Integer(0))
     neg = [-t for t in lhs.args if not t.is_number and t.could_extract_minus_sign()]
     pos = [t for t in lhs.args if not t.is_number and not t.could_extract_minus_sign()]
     if not neg or not (pos or c > 0) or not c.is_Integer:
         return lhs, op, rhs
-    q, p = sp.Add(*neg), sp.Add(*pos)
+    q, p = sym.Add(*neg), sym.Add(*pos)
     # P - Q + c (op) 0  is  Q (flipped op) P + c
     flipped = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}[op]
     integral = (p - q).is_integer is True
@@ -494,17 +351,17 @@ def _as_bound(rel):
 
 def _is_quotient(e):
     """Does `e` print as `a // b` or `a % b` (which bind as a product does)?"""
-    return isinstance(e, sp.Mod) or \
-        isinstance(e, sp.floor) and sp.fraction(sp.together(e.args[0]))[1] != 1
+    return isinstance(e, sym.Mod) or \
+        isinstance(e, sym.floor) and sym.numer_denom(e.args[0])[1] != 1
 
 
 def size_template(e):
     """`M = %d` for a %-template that gives a size's value at a call (`%d` alone when
     the size is a number: `3 = 3` said nothing)."""
-    e = sp.sympify(e)
+    e = sym.sympify(e)
     return "%d" if e.is_number else f"{format_size(e).replace('%', '%%')} = %d"
 
 
 def format_size(e):
     """A size or index expression as text (`T - R + 1`, `j + N // 2`)."""
-    return _SizePrinter().doprint(sp.sympify(e))
+    return _SizePrinter().doprint(sym.sympify(e))

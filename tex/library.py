@@ -13,7 +13,7 @@ of their own (one per distinct reduction: softmax's max is computed once).
 import builtins
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from . import dtypes
 from .expr import (abs as abs_, as_expr, cast, elementwise_doc, exp, log, max as max_, maximum,
@@ -105,7 +105,7 @@ def _count(body, over, what):
     """The number of elements a reduction over `over` visits, as a size value: the
     product of the indices' extents, inferred from `body` as `compute` will."""
     ext = index_extents(what, body, over)
-    return sp.Mul(*(ext[x] for x in over))
+    return sym.Mul(*(ext[x] for x in over))
 
 
 def _mean_dtype(dt, dtype):

@@ -5,7 +5,7 @@ The program fixes the calling convention of a compiled kernel: inputs in order o
 use, the sizes bound from their shapes, the call-time parameters, and the outputs.
 """
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from . import dag
 from .errors import ShapeError
@@ -101,7 +101,7 @@ class Program:
         return syms
 
     def _sizes(self):
-        syms = {s for s in self._symbols(sp.Symbol) if not isinstance(s, Param)}
+        syms = {s for s in self._symbols(sym.Symbol) if not isinstance(s, Param)}
         return tuple(sorted(syms, key=str))
 
     def size_bindings(self):
@@ -109,7 +109,7 @@ class Program:
         bind = {}
         for pos, t in enumerate(self.inputs):
             for axis, d in enumerate(t.shape):
-                if isinstance(d, sp.Symbol) and not isinstance(d, Param) and d not in bind:
+                if isinstance(d, sym.Symbol) and not isinstance(d, Param) and d not in bind:
                     bind[d] = (pos, axis)
         unbound = [s for s in self.sizes if s not in bind]
         if unbound:
@@ -171,14 +171,14 @@ def _binding_hint(inputs, n):
     size of its own and n written through it; otherwise that the dimension needs one."""
     for t in inputs:
         for d in t.shape:
-            d = sp.sympify(d)
+            d = sym.sympify(d)
             if n in d.free_symbols:
                 c = d - n
                 if c.is_Integer:
                     m = f"{n}{1 if c > 0 else 0}"
                     return (f" ({t.name} has shape ({', '.join(map(format_size, t.shape))}): "
                             f"declare it with a size of its own, {m} = tex.sizes('{m}'), and "
-                            f"write {n} as {format_size(sp.Symbol(m) - c)})")
+                            f"write {n} as {format_size(sym.Symbol(m) - c)})")
                 return (f" ({t.name} has {format_size(d)}: give that dimension a size of its "
                         f"own and write {n} through it)")
     return ""

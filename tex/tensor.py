@@ -19,7 +19,7 @@ import secrets
 import weakref
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from . import dtypes
 from .errors import ShapeError
@@ -91,10 +91,10 @@ class Tensor:
                                 "an index is an integer, an index or an affine expression "
                                 "of them (N // 2, not N / 2)")
             try:
-                ix = sp.sympify(ix)
-            except (sp.SympifyError, TypeError):
+                ix = sym.sympify(ix)
+            except (sym.SympifyError, TypeError):
                 ix = None
-            if not isinstance(ix, sp.Expr):
+            if not isinstance(ix, sym.Expr):
                 raise TypeError(f"tensor {self.name}, dimension {axis}: {index[axis]!r} is "
                                 "not an index expression") from None
             affine_terms(ix, f"tensor {self.name}, dimension {axis}")
@@ -282,8 +282,8 @@ def _lift_nested_reductions(name, out_indices, expr):
 
 def _as_extent(d, where):
     try:
-        e = sp.sympify(d)
-    except (sp.SympifyError, TypeError):
+        e = sym.sympify(d)
+    except (sym.SympifyError, TypeError):
         raise TypeError(f"{where}: extent {d!r} is not an integer or size expression") from None
     if index_symbols(e):
         raise ValueError(f"{where}: extent {format_size(e)} uses a loop index")
@@ -294,7 +294,7 @@ def _as_extent(d, where):
 
 def access_bound(coeff, offset, dim):
     """The extent an index x may have so that `coeff*x + offset` stays inside [0, dim)."""
-    return sp.floor((dim - offset - 1) / coeff) + 1 if coeff != 1 else dim - offset
+    return sym.floor((dim - offset - 1) / coeff) + 1 if coeff != 1 else dim - offset
 
 
 def infer_extents(name, out_indices, expr):
@@ -360,7 +360,7 @@ def index_extents(where, expr, wanted):
 
 def _intersect(bounds):
     uniq = list(dict.fromkeys(bounds))
-    return uniq[0] if len(uniq) == 1 else sp.Min(*uniq)
+    return uniq[0] if len(uniq) == 1 else sym.Min(*uniq)
 
 
 def access_checks(defn):
@@ -378,16 +378,16 @@ def access_checks(defn):
             exts = tuple(defn.extents[x] for x in coeffs)
             largest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items() if c > 0)
             smallest = offset + sum(c * (defn.extents[x] - 1) for x, c in coeffs.items() if c < 0)
-            low = sp.expand(smallest)
+            low = sym.expand(smallest)
             if low.is_nonnegative or (low.is_number and low >= 0):
                 smallest = None         # never below 0 (index_extents refused a number)
             if len(coeffs) == 1:
                 (x, c), = coeffs.items()
                 bound = access_bound(c, offset, dim)
                 ext = defn.extents[x]
-                if c > 0 and (ext == bound or (isinstance(ext, sp.Min) and bound in ext.args)):
+                if c > 0 and (ext == bound or (isinstance(ext, sym.Min) and bound in ext.args)):
                     largest = None
-            gap = sp.expand(dim - largest) if largest is not None else None
+            gap = sym.expand(dim - largest) if largest is not None else None
             if gap is not None and gap.is_number and gap > 0:
                 largest = None          # inside by construction (an inferred valid range)
             if largest is not None or smallest is not None:

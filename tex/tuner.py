@@ -388,7 +388,7 @@ def _bind(program, args, arrays):
 def _check_shapes(program, arrays):
     """The arrays' ranks and sizes agree with the program (checked here, where the
     message reaches the user, not in the worker process)."""
-    from sympy import sympify
+    from tex.symbolic import sympify
 
     from .errors import ShapeError
     from .indices import format_size

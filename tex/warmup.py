@@ -1,13 +1,13 @@
 """Warm-up: what the first compile needs, prepared on a thread while this one does
 something else.
 
-`import tex` is kept small (sympy and llvmlite load with the first name that uses them),
-so the first compile pays for them: about 0.3 s of imports, LLVM's start and the thread
-runtime, before the kernel's own compile. In a notebook or a REPL the next cell comes
+`import tex` is kept small (the scheduler and llvmlite load with the first name that uses
+them), so the first compile pays for them: imports, LLVM's start and the thread runtime,
+before the kernel's own compile. In a notebook or a REPL the next cell comes
 seconds later, so `import tex` starts a thread that does that work in between (`start`).
 A script calls at once: its import starts nothing, but its first einsum without a
 kernel on disk, or its first DSL name (tex.indices, tex.compile, ...), starts a thread
-that compiles the thread runtime while this one imports sympy and builds the kernel
+that compiles the thread runtime while this one imports the scheduler and builds the kernel
 (`start_llvm`: LLVM releases the GIL). `TEX_WARMUP=1` starts the interactive
 warm-up anywhere, `TEX_WARMUP=0` no thread at all.
 
@@ -26,11 +26,9 @@ import threading
 WAIT_AT_FORK = 10.0
 
 # the modules a first einsum or compile imports, in dependency order (tests/test_warmup.py
-# checks that a cold call after the warm-up imports none of tex, sympy or llvmlite)
+# checks that a cold call after the warm-up imports none of tex or llvmlite)
 MODULES = (
-    "sympy",
-    "sympy.tensor.tensor",          # sympy's Add imports it at its first use
-    "sympy.assumptions.wrapper",
+    "tex.symbolic",
     "tex.interop",
     "tex.expr",
     "tex.tensor",
@@ -85,8 +83,8 @@ def start():
 
 def start_llvm():
     """At a first compile in a script (tex.einsum without a kernel on disk, or the first
-    DSL name): compile the thread runtime on a thread while this one imports sympy and
-    builds the kernel's IR. That LLVM compile (about 70 ms when the kernel
+    DSL name): compile the thread runtime on a thread while this one imports the scheduler
+    and builds the kernel's IR. That LLVM compile (about 70 ms when the kernel
     cache is new: the runtime is cached there) releases the GIL, so on a second core it
     costs the first call nothing."""
     _start(lambda: _warm(modules=()))

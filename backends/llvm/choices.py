@@ -6,7 +6,7 @@ from its sizes and parameters: by sympy at build time (`not_taken`), by generate
 Python at a call (`decider`: microseconds, where sympy took 2.5 ms)."""
 import builtins
 
-import sympy as sp
+import tex.symbolic as sym
 
 from tex.expr import CeilDiv
 
@@ -31,8 +31,8 @@ def _not_taken_by_sympy(kernel, sizes):
     calls = [sizes] if isinstance(sizes, dict) else sizes
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
-        cond = sp.sympify(guard.cond)
-        if all(_at(cond, call) is sp.false for call in calls):
+        cond = sym.sympify(guard.cond)
+        if all(_at(cond, call) is sym.false for call in calls):
             out.add(n)
     return frozenset(out)
 
@@ -41,7 +41,7 @@ def _at(cond, values):
     """cond at these values; a condition sympy cannot evaluate there (Mod(N, K) at
     K = 0) is kept, so it counts as taken."""
     try:
-        return cond.xreplace({s: sp.Integer(v) for s, v in values.items()})
+        return cond.xreplace({s: sym.Integer(v) for s, v in values.items()})
     except (ZeroDivisionError, TypeError, ValueError):
         return cond
 
@@ -56,7 +56,7 @@ def call_values(kernel, inputs, params):
 def decider(kernel):
     """`not_taken_at(values)`: not_taken(kernel, values) for one call's `call_values`,
     as generated Python (a condition it cannot write goes to sympy)."""
-    conds = [sp.sympify(g.cond) for g in codegen.choices(kernel)]
+    conds = [sym.sympify(g.cond) for g in codegen.choices(kernel)]
     symbols = sorted(set().union(*(c.free_symbols for c in conds)), key=str)
     names = {s: f"_v[_s{k}]" for k, s in enumerate(symbols)}
     scope = {f"_s{k}": s for k, s in enumerate(symbols)}
@@ -67,7 +67,7 @@ def decider(kernel):
         except NotImplementedError:
             scope[f"_c{n}"] = c
             tests.append(f"(_at(_c{n}, _v) is not _false)")
-    scope.update(_at=_at, _false=sp.false)
+    scope.update(_at=_at, _false=sym.false)
     src = ("def not_taken_at(_v):\n"
            "    return frozenset(n for n, held in enumerate((" +
            "".join(f"{t}, " for t in tests) + ")) if not held)\n")
@@ -84,12 +84,12 @@ def decider(kernel):
 
 def pycond(c, names):
     """A sympy condition on sizes as Python source over the variables in `names`."""
-    if c is sp.true or c is sp.false:
+    if c is sym.true or c is sym.false:
         return str(bool(c))
-    if isinstance(c, (sp.And, sp.Or)):
-        joint = " and " if isinstance(c, sp.And) else " or "
+    if isinstance(c, (sym.And, sym.Or)):
+        joint = " and " if isinstance(c, sym.And) else " or "
         return "(" + joint.join(pycond(a, names) for a in c.args) + ")"
-    if isinstance(c, sp.Not):
+    if isinstance(c, sym.Not):
         return f"(not {pycond(c.args[0], names)})"
     op = RELATIONS.get(type(c))
     if op is None:
@@ -99,29 +99,29 @@ def pycond(c, names):
 
 def pyexpr(e, names):
     """A sympy size expression as Python source over the variables in `names`."""
-    e = sp.sympify(e)
+    e = sym.sympify(e)
     if e.is_Integer:
         return str(int(e))
     if e.is_Symbol:
         return names[e]
-    if isinstance(e, sp.Add):
+    if isinstance(e, sym.Add):
         return "(" + " + ".join(pyexpr(a, names) for a in e.args) + ")"
-    if isinstance(e, sp.Mul):
-        num, den = sp.fraction(e)
+    if isinstance(e, sym.Mul):
+        num, den = sym.fraction(e)
         if den != 1:
             raise NotImplementedError(f"size expression {e} is not an integer")
         return "(" + " * ".join(pyexpr(a, names) for a in e.args) + ")"
     if isinstance(e, CeilDiv):
         return f"(-((-{pyexpr(e.args[0], names)}) // {pyexpr(e.args[1], names)}))"
-    if isinstance(e, (sp.floor, sp.ceiling)):
-        num, den = sp.fraction(sp.together(e.args[0]))
+    if isinstance(e, (sym.floor, sym.ceiling)):
+        num, den = sym.numer_denom(e.args[0])
         n, d = pyexpr(num, names), pyexpr(den, names)
-        return f"({n} // {d})" if isinstance(e, sp.floor) else f"(-((-{n}) // {d}))"
-    if isinstance(e, sp.Mod):
+        return f"({n} // {d})" if isinstance(e, sym.floor) else f"(-((-{n}) // {d}))"
+    if isinstance(e, sym.Mod):
         return f"({pyexpr(e.args[0], names)} % {pyexpr(e.args[1], names)})"
-    if isinstance(e, (sp.Min, sp.Max)):
-        fn = "min" if isinstance(e, sp.Min) else "max"
+    if isinstance(e, (sym.Min, sym.Max)):
+        fn = "min" if isinstance(e, sym.Min) else "max"
         return f"{fn}({', '.join(pyexpr(a, names) for a in e.args)})"
-    if isinstance(e, sp.Pow) and e.exp.is_Integer and e.exp > 0:       # N*N of a size
+    if isinstance(e, sym.Pow) and e.exp.is_Integer and e.exp > 0:       # N*N of a size
         return f"({pyexpr(e.base, names)} ** {int(e.exp)})"
     raise NotImplementedError(f"size expression {e} ({type(e).__name__})")

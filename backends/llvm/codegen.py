@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 from tex.expr import Access, CeilDiv, Const, IndexValue, Op
@@ -258,7 +258,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         its body repeated with the variable a constant; False if the bounds are not
         constant or too many. The tile's addresses fold, so its local accumulator is
         promoted to registers (SROA needs constant offsets in every access)."""
-        first, count = sp.sympify(loop.start), sp.sympify(loop.extent)
+        first, count = sym.sympify(loop.start), sym.sympify(loop.extent)
         if not (first.is_Integer and count.is_Integer and 0 <= count <= MAX_STRAIGHT_LINE):
             return False
         for n in range(int(first), int(first) + int(count)):
@@ -322,7 +322,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
     # ------------------------------------------------------------ threads
     def _loop_metadata(self, loop):
         if loop.kind is LoopKind.UNROLLED:
-            full = sp.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
+            full = sym.sympify(loop.extent).is_Integer      # a symbolic count: unroll by LLVM's choice
             hint = self.module.add_metadata([ir.MetaDataString(
                 self.module, "llvm.loop.unroll.full" if full else "llvm.loop.unroll.enable")])
             return self_referential(self.module, hint)
@@ -414,7 +414,7 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
     # ------------------------------------------------------------ index expressions
     def index(self, e):
         """An affine sympy expression (sizes, params, loop variables) as an i64 value."""
-        e = sp.sympify(e)
+        e = sym.sympify(e)
         if e.is_Integer:
             return ir.Constant(I64, int(e))
         if e.is_Symbol:
@@ -423,14 +423,14 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
 
     def _index(self, e):
         b = self.b
-        if isinstance(e, sp.Add):
+        if isinstance(e, sym.Add):
             vals = [self.index(a) for a in e.args]
             out = vals[0]
             for v in vals[1:]:
                 out = b.add(out, v)
             return out
-        if isinstance(e, sp.Mul):
-            num, den = sp.fraction(e)
+        if isinstance(e, sym.Mul):
+            num, den = sym.fraction(e)
             if den != 1:
                 raise NotImplementedError(f"codegen: non-integer index expression {e}")
             vals = [self.index(a) for a in e.args]
@@ -440,23 +440,23 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             return out
         if isinstance(e, CeilDiv):
             return b.neg(floor_div(b, b.neg(self.index(e.args[0])), self.index(e.args[1])))
-        if isinstance(e, (sp.floor, sp.ceiling)):
-            num, den = sp.fraction(sp.together(e.args[0]))      # den: a constant or a param
+        if isinstance(e, (sym.floor, sym.ceiling)):
+            num, den = sym.numer_denom(e.args[0])      # den: a constant or a param
             d = self.index(den)
-            if isinstance(e, sp.ceiling):
+            if isinstance(e, sym.ceiling):
                 return b.neg(floor_div(b, b.neg(self.index(num)), d))
             return floor_div(b, self.index(num), d)
-        if isinstance(e, sp.Mod):
+        if isinstance(e, sym.Mod):
             a, m = self.index(e.args[0]), self.index(e.args[1])
             return b.sub(a, b.mul(m, floor_div(b, a, m)))
-        if isinstance(e, (sp.Min, sp.Max)):
-            op = "<" if isinstance(e, sp.Min) else ">"
+        if isinstance(e, (sym.Min, sym.Max)):
+            op = "<" if isinstance(e, sym.Min) else ">"
             vals = [self.index(a) for a in e.args]
             out = vals[0]
             for v in vals[1:]:
                 out = b.select(b.icmp_signed(op, out, v), out, v)
             return out
-        if isinstance(e, sp.Pow) and e.exp.is_Integer and e.exp > 0:    # L*L of a size
+        if isinstance(e, sym.Pow) and e.exp.is_Integer and e.exp > 0:    # L*L of a size
             base = self.index(e.base)
             out = base
             for _ in range(int(e.exp) - 1):
@@ -465,9 +465,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         raise NotImplementedError(f"codegen: index expression {e} ({type(e).__name__})")
 
     def condition(self, c):
-        if c is sp.true:
+        if c is sym.true:
             return ir.Constant(I1, 1)
-        if c is sp.false:
+        if c is sym.false:
             return ir.Constant(I1, 0)
         # once a block and the blocks it dominates: the tests that pick a stage's nest
         # repeat the earlier choices' conditions (negated) in each choice's condition
@@ -475,13 +475,13 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
 
     def _condition(self, c):
         b = self.b
-        if isinstance(c, (sp.And, sp.Or)):
-            join = b.and_ if isinstance(c, sp.And) else b.or_
+        if isinstance(c, (sym.And, sym.Or)):
+            join = b.and_ if isinstance(c, sym.And) else b.or_
             out = self.condition(c.args[0])
             for a in c.args[1:]:
                 out = join(out, self.condition(a))
             return out
-        if isinstance(c, sp.Not):
+        if isinstance(c, sym.Not):
             return b.not_(self.condition(c.args[0]))
         return b.icmp_signed(RELATIONS[type(c)], self.index(c.lhs), self.index(c.rhs))
 

@@ -1,6 +1,6 @@
 """Rich display of a compiled function (`_repr_html_`): its signature, the buffers it
 allocates, the loop nest, and the LLVM IR and assembly (generated when shown)."""
-import sympy as sp
+import tex.symbolic as sym
 
 from tex import html
 from tex.html import box, code, details, escape, pre, table
@@ -51,4 +51,4 @@ def compiled_html(f):
 
 
 def _nbytes(buf):
-    return sp.Mul(buf.dtype.itemsize, *buf.shape)
+    return sym.Mul(buf.dtype.itemsize, *buf.shape)

@@ -4,7 +4,7 @@ intrinsic name suffixes, Python's floor division, loop metadata."""
 import contextlib
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
@@ -21,10 +21,10 @@ FAST = ("reassoc", "contract", "nsz")
 STATUS_OK, STATUS_MISALIGNED, STATUS_NOMEM, STATUS_INTERRUPTED, STATUS_TOO_LARGE, \
     STATUS_OUT_OF_BOUNDS, STATUS_DEFERRED, STATUS_OVERLAP = range(8)
 STATUS_DETAIL_SHIFT = 8
-NTHREADS = sp.Symbol("tex_num_threads")   # the body's last argument: threads to use
+NTHREADS = sym.Symbol("tex_num_threads")   # the body's last argument: threads to use
 # a sympy relation's comparison, as icmp_signed and Python both spell it
-RELATIONS = {sp.Eq: "==", sp.Ne: "!=", sp.StrictLessThan: "<", sp.LessThan: "<=",
-             sp.StrictGreaterThan: ">", sp.GreaterThan: ">="}
+RELATIONS = {sym.Eq: "==", sym.Ne: "!=", sym.StrictLessThan: "<", sym.LessThan: "<=",
+             sym.StrictGreaterThan: ">", sym.GreaterThan: ">="}
 
 
 def value_type(dt):

@@ -2,7 +2,7 @@
 (64-byte aligned, given back on every way out to the runtime, which keeps large ones for
 the next call: pool.py), sizes computed with overflow checks."""
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 from ...scheduler.ir import Scope
@@ -25,7 +25,7 @@ class MemoryMixin:
         a packed panel inside a loop is allocated once a call (once a thread, inside a
         parallel loop), not once an iteration."""
         buf = s.buffer
-        if buf.scope is Scope.LOCAL and all(sp.sympify(d).is_Integer for d in buf.shape):
+        if buf.scope is Scope.LOCAL and all(sym.sympify(d).is_Integer for d in buf.shape):
             self._alloca(buf)
         else:
             self._malloc(buf, once=True)
@@ -37,7 +37,7 @@ class MemoryMixin:
         strides, acc, known = [], ir.Constant(I64, 1), 1
         for d in reversed(shape):
             strides.append(acc)
-            d = sp.sympify(d)
+            d = sym.sympify(d)
             if known is not None and d.is_Integer:       # constant strides stay constants
                 known *= int(d)
                 acc = ir.Constant(I64, known)
@@ -47,7 +47,7 @@ class MemoryMixin:
         return list(reversed(strides)), acc
 
     def _alloca(self, buf):
-        if any(not sp.sympify(d).is_Integer for d in buf.shape):
+        if any(not sym.sympify(d).is_Integer for d in buf.shape):
             return self._malloc(buf)
         count = int(np.prod([int(d) for d in buf.shape])) if buf.shape else 1
         ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
@@ -130,7 +130,7 @@ class MemoryMixin:
         pair = ir.LiteralStructType([I64, I1])
         mul = self._extern("llvm.smul.with.overflow.i64", pair, [I64, I64])
         for d in buf.shape:
-            d = sp.sympify(d)
+            d = sym.sympify(d)
             if d.is_Integer and is_i64_constant(total) and \
                     0 <= int(d) * total.constant <= MAX_BUFFER_BYTES:
                 total = ir.Constant(I64, int(d) * total.constant)

@@ -2,7 +2,7 @@
 run on tex's thread pool (threads.py), and long loops poll the interrupt flag."""
 import functools
 
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 from ...scheduler.ir import (Allocate, Guard, Loop, Scope, Store, Update, buffers_of, symbols_of,
@@ -87,7 +87,7 @@ class ParallelMixin:
         for buf, _ in bufs:
             for d in buf.shape:
                 names |= symbols_of(d)
-        return [(sym, v) for sym, v in self.env.items() if sym in names], bufs
+        return [(s, v) for s, v in self.env.items() if s in names], bufs
 
     def _team_pays(self, work, loop):
         """i1: PARALLEL_MIN_WORK iterations; or PARALLEL_MIN_WORK_AWAKE over at least
@@ -125,7 +125,7 @@ class ParallelMixin:
         total = ir.Constant(I64, 0)
         for buf in buffers_of(loop):
             if buf.scope in (Scope.INPUT, Scope.OUTPUT):
-                size = self.index(sp.Mul(*buf.shape) * buf.dtype.itemsize)
+                size = self.index(sym.Mul(*buf.shape) * buf.dtype.itemsize)
                 total = self.b.add(total, size)
         return total
 
@@ -145,7 +145,7 @@ class ParallelMixin:
             return inner
         if not (isinstance(inner, ir.Constant) and inner.constant >= 1):
             inner = b.select(b.icmp_signed("<", inner, one), one, inner)
-        extent = sp.sympify(node.extent)
+        extent = sym.sympify(node.extent)
         zeroed = frozenset(at_zero).intersection(symbols_of(extent))
         return b.mul(self.index(_at_zero(extent, zeroed) if zeroed else extent), inner)
 
@@ -171,7 +171,7 @@ class ParallelMixin:
             n_ints = len(syms) + 2 + sum(not isinstance(st, ir.Constant)
                                          for _, (_, sts) in bufs for st in sts)
             ints = iter(load(ctx_i, k, I64) for k in range(n_ints))
-            self.env.update({sym: next(ints) for sym, _ in syms})
+            self.env.update({s: next(ints) for s, _ in syms})
             start, extent = next(ints), next(ints)
             for k, (buf, (_, sts)) in enumerate(bufs):
                 self.memory[buf] = (load(ctx, k + 3, PTR), [st if isinstance(st, ir.Constant)
@@ -229,7 +229,7 @@ class ParallelMixin:
             # the definition's iteration domain, not the scheduled nest's iterations
             # (_iterations): a matmul's nests with their specializations and packing
             # made that sum 650 instructions, 15% of LLVM's time on the kernel
-            n = self.index(sp.Mul(*stage.definition.extents.values()))
+            n = self.index(sym.Mul(*stage.definition.extents.values()))
             work = n if work is None else b.add(work, n)
         if work is None:
             return

@@ -50,7 +50,7 @@ def codegen_files():
     reduction identities it uses, and schedule/vector_plan.py, whose plans carry more
     than a printed nest shows): a change to it changes the IR a loop nest turns into,
     so its digest is part of every cache key."""
-    # found, not imported: they import sympy, which a warm start never needs
+    # found, not imported: they import the scheduler, which a warm start never needs
     package = __name__.rsplit(".", 3)[0] + ".scheduler."
     scheduler = [importlib.util.find_spec(package + m).origin for m in ("stage", "vector_plan")]
     folder = os.path.dirname(os.path.abspath(__file__))

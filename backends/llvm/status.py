@@ -4,7 +4,7 @@ a failed bounds check, a buffer that could not be allocated."""
 import ctypes
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 
 from ...scheduler.primitives import show
 from ...scheduler.target import overriding
@@ -84,7 +84,7 @@ def _describe_buffer(sig, number, inputs, params):
     values = call_values(kernel, inputs, params)
     shape = ", ".join(str(d) for d in buf.shape)
     try:
-        sizes = ", ".join(str(sp.sympify(d).subs(values)) for d in buf.shape)
+        sizes = ", ".join(str(sym.sympify(d).subs(values)) for d in buf.shape)
     except (TypeError, ValueError):
         sizes = "?"
     return f"buffer {buf.name} of shape ({shape}) = ({sizes}), {np.dtype(buf.dtype).name}"

@@ -2,7 +2,7 @@
 Transposed plan): VectorLoop's chunks over the lanes, with the loop over the columns
 inside each chunk and the rows' elements transposed in registers."""
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 from tex.combiners import COMBINERS
@@ -85,7 +85,7 @@ class TransposedLoop(VectorLoop):
         n = b.select(b.icmp_signed("<", n, ir.Constant(I64, 0)), ir.Constant(I64, 0), n)
         main_end = b.add(start, b.and_(n, ir.Constant(I64, -w)))
         self._each(start, main_end, lambda base: self._columns(base, None, j_start, j_end))
-        extent = sp.sympify(self.loop.extent)
+        extent = sym.sympify(self.loop.extent)
         if extent.is_Integer and int(extent) % w == 0:
             return                      # whole vectors only (a split's whole tiles)
         rem = b.sub(end, main_end)

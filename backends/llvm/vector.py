@@ -106,7 +106,7 @@ Serial loops around a vector loop (`emit_serial`, called by Codegen._loop):
   (one vector, no tail test), then the last tile.
 """
 import numpy as np
-import sympy as sp
+import tex.symbolic as sym
 from llvmlite import ir
 
 from tex.expr import Access, IndexValue, Op
@@ -354,7 +354,7 @@ class VectorLoop(AccumulatorMixin):
                 self._chunk(start, None)
             first = b.select(full, b.add(start, ir.Constant(I64, w)), start)
         self.phase = "main"
-        extent = sp.sympify(self.loop.extent)
+        extent = sym.sympify(self.loop.extent)
         if self.single and extent == w and not self.plan.increasing:
             self._chunk(start, None)            # exactly one vector
         elif extent.is_Integer and not self.plan.increasing and \
@@ -516,15 +516,15 @@ class VectorLoop(AccumulatorMixin):
     def _lane_condition(self, c):
         cg = self.cg
         b = cg.b
-        if isinstance(c, (sp.And, sp.Or)):
+        if isinstance(c, (sym.And, sym.Or)):
             parts = [self._lane_condition(a) for a in c.args]
             out = parts[0]
             for p in parts[1:]:
-                out = b.and_(out, p) if isinstance(c, sp.And) else b.or_(out, p)
+                out = b.and_(out, p) if isinstance(c, sym.And) else b.or_(out, p)
             return out
         if self.var not in symbols_of(c):
             return self.splat(cg.condition(c))
-        if isinstance(c, sp.Not):
+        if isinstance(c, sym.Not):
             return b.not_(self._lane_condition(c.args[0]))
         # the lanes of one relation: the same for every unrolled row of a register tile
         # whose mask is (row inside) & (lanes inside), so made once per chunk
@@ -537,8 +537,8 @@ class VectorLoop(AccumulatorMixin):
         lanes = self.iota if isinstance(step, ir.Constant) and step.constant == 1 else \
             b.mul(self.splat(step), self.iota)
         lanes = b.add(self.splat(self.cg.index(d)), lanes)
-        ops = {sp.StrictLessThan: "<", sp.LessThan: "<=", sp.StrictGreaterThan: ">",
-               sp.GreaterThan: ">=", sp.Eq: "==", sp.Ne: "!="}
+        ops = {sym.StrictLessThan: "<", sym.LessThan: "<=", sym.StrictGreaterThan: ">",
+               sym.GreaterThan: ">=", sym.Eq: "==", sym.Ne: "!="}
         return b.icmp_signed(ops[type(c)], lanes, ir.Constant(lanes.type, 0))
 
     # ------------------------------------------------------------ memory

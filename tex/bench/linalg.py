@@ -131,14 +131,14 @@ def auto_parts(f, sizes):
     split-K rules of the nests such a call runs (the specializations whose conditions
     hold: a few rows split K by their rule, the blocked schedule by its blocks); 1 when
     they have no split-K."""
-    import sympy as sp
+    import tex.symbolic as sym
 
     from tex.backends.llvm import runtime
     from tex.expr import AutoParts
     from tex.scheduler.ir import Guard, Loop
 
     def value(e):
-        e = sp.sympify(e)
+        e = sym.sympify(e)
         return e.subs({s: sizes[str(s)] for s in e.free_symbols if str(s) in sizes})
 
     def run(node):
@@ -146,7 +146,7 @@ def auto_parts(f, sizes):
         if isinstance(node, Guard) and node.choice and not bool(value(node.cond)):
             return
         if isinstance(node, Loop):
-            yield from (p for p in sp.sympify(node.extent).free_symbols
+            yield from (p for p in sym.sympify(node.extent).free_symbols
                         if isinstance(p, AutoParts) and p.rule in runtime.PART_RULES and
                         p.rule.startswith("split_k"))
         for child in getattr(node, "body", ()):

@@ -1,0 +1,347 @@
+"""Sums, products and powers in canonical form, and the rewritings of them: `expand`,
+`numer_denom` (see core.py for the form)."""
+import math
+from fractions import Fraction
+
+from .core import Expr, Float, Integer, ONE, ZERO, _number, _sympify, later, sympify
+
+
+class AssocOp(Expr):
+    __slots__ = ()
+
+    @classmethod
+    def make_args(cls, e):
+        """The terms of a sum (factors of a product), or (e,)."""
+        return e.args if isinstance(e, cls) else (sympify(e),)
+
+
+class Add(AssocOp):
+    __slots__ = ()
+    is_Add = True
+
+    def __new__(cls, *args, evaluate=True):
+        args = [_sympify(a) for a in args]
+        if not evaluate:
+            return cls._from_args(args) if len(args) > 1 else args[0] if args else ZERO
+        number = ZERO
+        terms = {}
+        for a in args:
+            for t in (a.args if isinstance(a, Add) else (a,)):
+                if t.is_Number:
+                    number = _add_numbers(number, t)
+                    continue
+                c, rest = t.as_coeff_Mul()
+                terms[rest] = _add_numbers(terms[rest], c) if rest in terms else c
+        out = [_times(c, t) for t, c in terms.items() if c.value != 0]
+        if number.value != 0 or number.is_Float:
+            out.append(number)
+        if not out:
+            return ZERO
+        if len(out) == 1:
+            return out[0]
+        return cls._from_args(sorted(out, key=_term_key))
+
+    def _sort_key(self):
+        return (40, len(self._args), tuple(a.sort_key() for a in self._args))
+
+    @property
+    def is_integer(self):
+        if all(a.is_integer for a in self._args):
+            return True
+        return None
+
+    @property
+    def is_nonnegative(self):
+        if all(a.is_nonnegative for a in self._args):
+            return True
+        return None
+
+    @property
+    def is_positive(self):
+        if self.is_nonnegative and any(a.is_positive for a in self._args):
+            return True
+        return None
+
+    @property
+    def is_zero(self):
+        return False if self.is_positive else None
+
+    def could_extract_minus_sign(self):
+        neg = sum(1 for a in self._args if a.could_extract_minus_sign())
+        pos = len(self._args) - neg
+        return neg > pos or (neg == pos and self._args[0].could_extract_minus_sign())
+
+    def as_ordered_terms(self):
+        return list(self._args)
+
+
+def _term_key(t):
+    """Terms of a sum in sympy's order for linear forms: by their symbols, a number last."""
+    if t.is_Number:
+        return (1,)
+    c, rest = t.as_coeff_Mul()
+    return (0, rest.sort_key(), c.value)
+
+
+def _add_numbers(a, b):
+    return _number(a.value + b.value)
+
+
+def _times(c, t):
+    """c * t for a number c and a product t without a number."""
+    if c.value == 1:
+        return t
+    if c.value == 0:
+        return ZERO
+    if t is ONE:
+        return c
+    return Mul._from_args((c,) + (t.args if isinstance(t, Mul) else (t,)))
+
+
+class Mul(AssocOp):
+    __slots__ = ()
+    is_Mul = True
+
+    def __new__(cls, *args, evaluate=True):
+        args = [_sympify(a) for a in args]
+        if not evaluate:
+            return cls._from_args(args) if len(args) > 1 else args[0] if args else ONE
+        coeff = Fraction(1)
+        is_float = False
+        powers = {}
+        for a in args:
+            for f in (a.args if isinstance(a, Mul) else (a,)):
+                if f.is_Number:
+                    is_float = is_float or f.is_Float
+                    coeff = coeff * f.value
+                    continue
+                base, e = (f.args if isinstance(f, Pow) and f.exp.is_Rational else (f, ONE))
+                powers[base] = _add_numbers(powers[base], e) if base in powers else e
+        c = Float(coeff) if is_float else _number(coeff)
+        if c.value == 0:
+            return c
+        factors = []
+        for base, e in powers.items():
+            p = base if e.value == 1 else Pow(base, e) if e.value != 0 else ONE
+            if p.is_Number:
+                c = _number(c.value * p.value)
+            elif p is not ONE:
+                factors.append(p)
+        if not factors:
+            return c
+        if len(factors) == 1:
+            (f,) = factors
+            if c.value == 1:
+                return f
+            if f.is_Add and c.is_Rational:
+                return Add(*(_times_number(c, t) for t in f.args))
+        factors.sort(key=lambda f: f.sort_key())
+        return cls._from_args(([c] if c.value != 1 else []) + factors)
+
+    def _sort_key(self):
+        c, rest = self.as_coeff_Mul()
+        return (30, len(rest.args) if rest.is_Mul else 1,
+                tuple(a.sort_key() for a in Mul.make_args(rest)), c.value)
+
+    def as_coeff_Mul(self):
+        first = self._args[0]
+        if first.is_Number:
+            rest = self._args[1:]
+            return first, rest[0] if len(rest) == 1 else Mul._from_args(rest)
+        return ONE, self
+
+    @property
+    def is_integer(self):
+        if all(a.is_integer for a in self._args):
+            return True
+        return None
+
+    @property
+    def is_nonnegative(self):
+        signs = [_sign(a) for a in self._args]
+        if None in signs:
+            return None
+        return signs.count(-1) % 2 == 0 or None
+
+    @property
+    def is_positive(self):
+        signs = [_strict_sign(a) for a in self._args]
+        if None in signs:
+            return None
+        return signs.count(-1) % 2 == 0
+
+    @property
+    def is_negative(self):
+        signs = [_strict_sign(a) for a in self._args]
+        if None in signs:
+            return None
+        return signs.count(-1) % 2 == 1
+
+    def could_extract_minus_sign(self):
+        return self._args[0].is_Number and self._args[0].value < 0
+
+
+def _times_number(c, t):
+    tc, rest = t.as_coeff_Mul()
+    return _times(_number(c.value * tc.value), rest) if not tc.is_Float else Mul(c, t)
+
+
+def _sign(a):
+    """1 (>= 0), -1 (<= 0) or None, for a factor."""
+    if a.is_nonnegative:
+        return 1
+    if a.is_Number:
+        return -1
+    return None
+
+
+def _strict_sign(a):
+    if a.is_positive:
+        return 1
+    if a.is_Number and a.value < 0:
+        return -1
+    return None
+
+
+class Pow(Expr):
+    __slots__ = ()
+    is_Pow = True
+
+    def __new__(cls, base, exp, evaluate=True):
+        b, e = _sympify(base), _sympify(exp)
+        if not evaluate:
+            return cls._from_args((b, e))
+        if e.is_Number and e.value == 0:
+            return ONE
+        if e.is_Number and e.value == 1:
+            return b
+        if b.is_Number and e.is_Integer:
+            if b.value == 0 and e.value < 0:
+                raise ZeroDivisionError(f"{b}**{e}")
+            v = b.value ** e.value if b.is_Float else Fraction(b.value) ** e.value
+            return _number(v)
+        if b.is_Integer and e.is_Rational and e.value == Fraction(1, 2) and b.value >= 0:
+            r = math.isqrt(b.value)
+            if r * r == b.value:
+                return Integer(r)
+        if b.is_Number and b.value == 1:
+            return ONE
+        if b.is_Pow and e.is_Integer and b.exp.is_Integer:
+            return Pow(b.base, b.exp.value * e.value)
+        if b.is_Mul and e.is_Integer:
+            return Mul(*(Pow(f, e) for f in b.args))
+        return cls._from_args((b, e))
+
+    @property
+    def base(self):
+        return self._args[0]
+
+    @property
+    def exp(self):
+        return self._args[1]
+
+    def _sort_key(self):
+        return (20, self.base.sort_key(), self.exp.sort_key())
+
+    @property
+    def is_integer(self):
+        if self.base.is_integer and self.exp.is_Integer and self.exp.value > 0:
+            return True
+        return None
+
+    @property
+    def is_nonnegative(self):
+        if self.base.is_nonnegative or (self.exp.is_Integer and self.exp.value % 2 == 0):
+            return True
+        return None
+
+    @property
+    def is_positive(self):
+        if self.base.is_positive:
+            return True
+        return None
+
+
+# ---------------------------------------------------------------- rewriting
+def expand(e):
+    """Products of sums multiplied out and positive integer powers of sums too, all
+    the way down (the arguments of functions and relations included)."""
+    e = sympify(e)
+    if not e.args:
+        return e
+    args = [expand(a) for a in e.args]
+    if isinstance(e, Mul):
+        return _expand_product(args)
+    if isinstance(e, Pow):
+        b, x = args
+        if b.is_Add and x.is_Integer and x.value > 0:
+            return _expand_product([b] * x.value)
+        return Pow(b, x)
+    return e.func(*args) if any(a is not b for a, b in zip(args, e.args)) else e
+
+
+def _expand_product(factors):
+    terms = [ONE]
+    for f in factors:
+        terms = [Mul(t, g) for t in terms for g in Add.make_args(f)]
+    return Add(*terms)
+
+
+def numer_denom(e):
+    """(numerator, denominator) of e over one common denominator, both without
+    fractions: `N/8 + 1` -> (N + 8, 8), `M/P` -> (M, P). sympy's
+    `fraction(together(e))`."""
+    e = sympify(e)
+    if e.is_Rational:
+        return Integer(e.p), Integer(e.q)
+    if isinstance(e, Pow) and e.exp.is_Number and e.exp.value < 0:
+        return ONE, Pow(e.base, -e.exp)
+    if isinstance(e, Mul):
+        num, den = [], []
+        for f in e.args:
+            n, d = numer_denom(f)
+            num.append(n)
+            den.append(d)
+        return Mul(*num), Mul(*den)
+    if isinstance(e, Add):
+        parts = [numer_denom(t) for t in e.args]
+        den = ONE
+        for _, d in parts:
+            den = _lcm(den, d)
+        return Add(*(n * _exact_quotient(den, d) for n, d in parts)), den
+    return e, ONE
+
+
+def _lcm(a, b):
+    if a.is_Integer and b.is_Integer:
+        return Integer(math.lcm(a.value, b.value))
+    ca, ra = a.as_coeff_Mul()
+    cb, rb = b.as_coeff_Mul()
+    factors = dict.fromkeys(Mul.make_args(ra)) | dict.fromkeys(Mul.make_args(rb))
+    factors.pop(ONE, None)
+    return Mul(Integer(math.lcm(int(ca), int(cb))), *factors)
+
+
+def _exact_quotient(a, b):
+    ca, ra = a.as_coeff_Mul()
+    cb, rb = b.as_coeff_Mul()
+    rest = [f for f in Mul.make_args(ra) if f not in Mul.make_args(rb)]
+    return Mul(Integer(int(ca) // int(cb)), *rest)
+
+
+def together(e):
+    """e itself: `numer_denom` finds the common denominator (sympy's `together` wrote
+    e over it first, and `fraction` split the result)."""
+    return sympify(e)
+
+
+def fraction(e):
+    return numer_denom(e)
+
+
+def simplify(e):
+    """The canonical form of an expanded `e`: enough to see that a difference is 0."""
+    return expand(e)
+
+
+later.Add, later.Mul, later.Pow, later.expand = Add, Mul, Pow, expand

@@ -6,7 +6,7 @@ import re
 import time
 
 import numpy as np
-import sympy as sp
+import tex.symbolic as sp
 import pytest
 from hypothesis import given, settings, strategies as st
 

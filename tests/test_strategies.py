@@ -681,7 +681,7 @@ def test_parts_possible_holds_where_some_thread_count_splits():
     (rows, length) whenever runtime.AUTO_PARTS gives more than one part to some thread
     count tex allows (a call outside it never needs the parts' nest), and otherwise only
     at rows that would need more threads than that."""
-    import sympy as sp
+    import tex.symbolic as sp
     from tex.backends.llvm.calls import MAX_THREADS
     from tex.backends.llvm.runtime import AUTO_PARTS
     from tex.scheduler.auto_nest import parts_possible

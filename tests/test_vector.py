@@ -6,7 +6,7 @@ rule and the scalar fallbacks. Each compiled function is reused across all sizes
 layouts."""
 import numpy as np
 import pytest
-import sympy as sp
+import tex.symbolic as sp
 
 import tex
 from tex.backends import numpy_ref

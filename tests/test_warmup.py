@@ -33,7 +33,7 @@ def test_a_script_starts_no_thread_and_a_repl_does(tmp_path):
 FIRST_CALLS = r"""
 import sys, numpy as np, tex, tex.warmup
 tex.warmup._thread[0].join()
-assert {"sympy", "llvmlite.binding"} <= set(sys.modules)
+assert {"tex.symbolic", "llvmlite.binding"} <= set(sys.modules)
 before = set(sys.modules)
 a = np.ones((65, 63), np.float32)
 tex.einsum("ij,ij->ij", a, a); tex.einsum("ij->i", a); tex.einsum("ik,kj->ij", a, a.T)
@@ -50,7 +50,7 @@ print("late", late)
 
 def test_the_warm_up_loads_what_first_calls_import(tmp_path):
     """After the warm-up, first calls of each kind (elementwise, a reduction, a matmul,
-    three operands, a compiled definition) import no module of tex, sympy or llvmlite:
+    three operands, a compiled definition) import no module of tex or llvmlite (nor sympy):
     MODULES is complete (a module missing from it shows here by name)."""
     out = run(["-c", FIRST_CALLS], tmp_path, env={"TEX_WARMUP": "1"})
     assert "late []" in out, out
@@ -58,7 +58,7 @@ def test_the_warm_up_loads_what_first_calls_import(tmp_path):
 
 FORK = r"""
 import os, signal, time, numpy as np, tex
-pid = os.fork()          # at once: the warm-up thread is importing sympy
+pid = os.fork()          # at once: the warm-up thread is importing the DSL
 if pid == 0:
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     ok = np.allclose(tex.einsum("ij,kj->ik", a, a), a @ a.T)
@@ -76,7 +76,7 @@ else:
 
 def test_a_fork_during_the_warm_up_gives_a_working_child(tmp_path):
     """The fork waits for the warm-up: a child that inherited a held import lock would
-    hang on its first import of sympy (killed after 60 s)."""
+    hang on its first import of the DSL (killed after 60 s)."""
     out = run(["-c", FORK], tmp_path, env={"TEX_WARMUP": "1"})
     assert "child 0" in out, out
 
@@ -139,7 +139,7 @@ def test_the_runtime_compiled_ahead_is_cached_where_the_first_call_says(tmp_path
 
 def test_a_first_compile_in_a_script_builds_the_runtime_on_a_thread(tmp_path):
     """A script's first einsum without a kernel on disk starts the LLVM warm-up (the
-    thread runtime's compile overlaps the import of sympy); TEX_WARMUP=0 starts none."""
+    thread runtime's compile overlaps the import of the scheduler); TEX_WARMUP=0 starts none."""
     assert "thread ['tex-warmup'] runtime True" in run(["-c", FIRST_COMPILE], tmp_path)
     assert "thread [] runtime True" in run(["-c", FIRST_COMPILE], tmp_path,
                                            env={"TEX_WARMUP": "0"})

@@ -29,6 +29,10 @@ class Function(Expr):
         return (60, type(self).__name__, tuple(a.sort_key() for a in self._args))
 
 
+def _size(e):
+    return 1 + sum(_size(a) for a in e.args)
+
+
 def _integer_split(x):
     """(the terms of x known to be integers, the others)."""
     terms = Add.make_args(x)
@@ -169,7 +173,8 @@ class _MinMax(Function):
             kept = [b for b in kept if not cls._dominates(a, b)] + [a]
         if len(kept) == 1:
             return kept[0]
-        return cls._from_args(sorted(kept, key=lambda e: e.sort_key()))
+        # the simpler first: min(64, N - 64*jo), min(N // 2, N - N // 2)
+        return cls._from_args(sorted(kept, key=lambda e: (_size(e), e.sort_key())))
 
     @property
     def is_integer(self):

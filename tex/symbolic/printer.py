@@ -20,6 +20,8 @@ def precedence(e):
         if e.value < 0:
             return PRECEDENCE["Add"]
         return PRECEDENCE["Mul"] if e.is_Rational and not e.is_Integer else PRECEDENCE["Atom"]
+    if isinstance(e, (Equality, Unequality)):
+        return PRECEDENCE["Atom"]              # printed as a call: Eq(M, 1)
     if isinstance(e, Relational):
         return PRECEDENCE["Relational"]
     if isinstance(e, And):

@@ -289,44 +289,63 @@ def _expand_product(factors):
 
 def numer_denom(e):
     """(numerator, denominator) of e over one common denominator, both without
-    fractions: `N/8 + 1` -> (N + 8, 8), `M/P` -> (M, P). sympy's
-    `fraction(together(e))`."""
-    e = sympify(e)
+    fractions: `N/8 + 1` -> (N + 8, 8), `M/P` -> (M, P), `1/P**2 + 1/P` -> (P + 1, P**2).
+    sympy's `fraction(together(e))`."""
+    num, den = _over_denominator(sympify(e))
+    return num, _denominator_expr(den)
+
+
+def _over_denominator(e):
+    """(numerator, denominator) with the denominator kept as (integer, {base: power}):
+    as a product it could be distributed (2*(M + 1) is 2*M + 2) and its factors lost."""
     if e.is_Rational:
-        return Integer(e.p), Integer(e.q)
-    if isinstance(e, Pow) and e.exp.is_Number and e.exp.value < 0:
-        return ONE, Pow(e.base, -e.exp)
+        return Integer(e.p), (e.q, {})
+    if isinstance(e, Pow) and e.exp.is_Integer:
+        num, (c, bases) = _over_denominator(e.base)
+        k = e.exp.value
+        if k > 0:
+            return Pow(num, k), (c ** k, {b: p * k for b, p in bases.items()})
+        # (num/den)**-k = den**k / num**k
+        k = -k
+        flipped = Pow(_denominator_expr((c, bases)), k)
+        nc, rest = num.as_coeff_Mul()
+        if not nc.is_Integer:
+            return flipped, (1, {num: k})
+        if nc.value < 0:
+            flipped, nc = flipped * (-1) ** k, -nc
+        factors = {}
+        for f in Mul.make_args(rest):
+            if f is not ONE:
+                base, p = (f.base, f.exp.value) if isinstance(f, Pow) and f.exp.is_Integer \
+                    else (f, 1)
+                factors[base] = factors.get(base, 0) + p * k
+        return flipped, (nc.value ** k, factors)
     if isinstance(e, Mul):
-        num, den = [], []
+        num, c, bases = ONE, 1, {}
         for f in e.args:
-            n, d = numer_denom(f)
-            num.append(n)
-            den.append(d)
-        return Mul(*num), Mul(*den)
+            n, (fc, fb) = _over_denominator(f)
+            num, c = num * n, c * fc
+            for b, p in fb.items():
+                bases[b] = bases.get(b, 0) + p
+        return num, (c, bases)
     if isinstance(e, Add):
-        parts = [numer_denom(t) for t in e.args]
-        den = ONE
-        for _, d in parts:
-            den = _lcm(den, d)
-        return Add(*(n * _exact_quotient(den, d) for n, d in parts)), den
-    return e, ONE
+        parts = [_over_denominator(t) for t in e.args]
+        c = math.lcm(*(pc for _, (pc, _) in parts))
+        bases = {}
+        for _, (_, pb) in parts:
+            for b, p in pb.items():
+                bases[b] = max(bases.get(b, 0), p)
+        terms = []
+        for n, (pc, pb) in parts:
+            scale = [Integer(c // pc)] + [Pow(b, p - pb.get(b, 0)) for b, p in bases.items()]
+            terms.append(Mul(n, *scale))
+        return Add(*terms), (c, bases)
+    return e, (1, {})
 
 
-def _lcm(a, b):
-    if a.is_Integer and b.is_Integer:
-        return Integer(math.lcm(a.value, b.value))
-    ca, ra = a.as_coeff_Mul()
-    cb, rb = b.as_coeff_Mul()
-    factors = dict.fromkeys(Mul.make_args(ra)) | dict.fromkeys(Mul.make_args(rb))
-    factors.pop(ONE, None)
-    return Mul(Integer(math.lcm(int(ca), int(cb))), *factors)
-
-
-def _exact_quotient(a, b):
-    ca, ra = a.as_coeff_Mul()
-    cb, rb = b.as_coeff_Mul()
-    rest = [f for f in Mul.make_args(ra) if f not in Mul.make_args(rb)]
-    return Mul(Integer(int(ca) // int(cb)), *rest)
+def _denominator_expr(den):
+    c, bases = den
+    return Mul(Integer(c), *(Pow(b, p) for b, p in bases.items()))
 
 
 def together(e):

@@ -549,7 +549,8 @@ class Symbol(Atom):
         return self._assumption("positive")
 
     def _sort_key(self):
-        return (1, self.name, getattr(self, "dummy_index", 0), type(self).__name__)
+        return (1, self.name, getattr(self, "dummy_index", 0), type(self).__name__,
+                self._assumptions)
 
 
 def _make_symbol(cls, name, assumptions):

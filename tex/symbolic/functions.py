@@ -91,6 +91,8 @@ class Mod(Function):
                 raise ZeroDivisionError(f"{a} % 0")
             return _number(a.value - m.value * math.floor(Fraction(a.value) / Fraction(m.value))
                            if not (a.is_Float or m.is_Float) else a.value % m.value)
+        if m.is_Number and m.value == 0:
+            raise ZeroDivisionError(f"{a} % 0")
         if a.is_Number and a.value == 0:
             return ZERO
         if a == m or a == -m or (m.is_Number and m.value == 1 and a.is_integer):

@@ -77,13 +77,15 @@ class _Reader(ast.NodeVisitor):
         return join(*map(self.visit, node.values))
 
     def visit_Compare(self, node):
+        if not all(type(op) in _COMPARE for op in node.ops):
+            return self.generic_visit(node)
         sides = [self.visit(node.left)] + [self.visit(c) for c in node.comparators]
         return And(*(_COMPARE[type(op)](a, b)
                      for op, a, b in zip(node.ops, sides, sides[1:])))
 
     def visit_Call(self, node):
         f = _FUNCTIONS.get(node.func.id) if isinstance(node.func, ast.Name) else None
-        if f is None or node.keywords:
+        if f is None or node.keywords or not node.args:
             return self.generic_visit(node)
         return f(*map(self.visit, node.args))
 

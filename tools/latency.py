@@ -27,7 +27,7 @@ ops = [np.ones(s, np.float32) for s in shapes]
 t2, c2 = time.perf_counter(), time.process_time()
 tex.einsum(spec, *ops)
 t3, c3 = time.perf_counter(), time.process_time()
-heavy = [m for m in ("sympy", "networkx", "llvmlite.binding") if m in sys.modules]
+heavy = [m for m in ("sympy", "networkx", "llvmlite.binding", "tex.symbolic") if m in sys.modules]
 print(t1 - t0, t3 - t2, c1 - c0, c3 - c2, ",".join(heavy) or "-")
 """
 
@@ -90,7 +90,7 @@ def measure(repeat):
 def import_only(repeat):
     code = ("import time, sys, numpy\nt, c = time.perf_counter(), time.process_time()\n"
             "import tex\nprint(time.perf_counter() - t, 0, time.process_time() - c, 0, "
-            "','.join(m for m in ('sympy', 'networkx', 'llvmlite') if m in sys.modules) or '-')")
+            "','.join(m for m in ('sympy', 'networkx', 'llvmlite', 'tex.symbolic') if m in sys.modules) or '-')")
     with tempfile.TemporaryDirectory(prefix="tex-latency-") as cache:
         return [(*map(float, r[:4]), r[4]) for r in (run(code, cache) for _ in range(repeat))]
 

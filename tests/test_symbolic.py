@@ -715,3 +715,21 @@ def test_lower_bound_of_affine(terms, at):
     if low is not None:
         for p in at:
             assert low <= affine_value(terms, p), (e, low, p)
+
+
+def test_abs_and_math_floor_ceil_of_sizes():
+    """`abs`, `math.floor` and `math.ceil` of size expressions, as a numpy user writes
+    them, give the integer functions (and read back from their text)."""
+    M, N, io, P = TEX
+    assert abs(N + 1) == N + 1 and abs(-3 - N) == N + 3 and abs(ts.Integer(-4)) == 4
+    assert format_size(abs(N - M)) == "abs(N - M)"
+    assert math.ceil(N / 64) == ts.ceiling(N / 64) and math.floor(N / 2) == N // 2
+    for e in (abs(N - M), math.ceil(N / 64), math.floor((N + M) / 3)):
+        back = ts.sympify(format_size(e), locals=LOCALS)
+        for at in FIXED_POINTS:
+            values = {s: ts.Integer(v) for s, v in zip(TEX, at)}
+            assert back.xreplace(values) == e.xreplace(values), (e, at)
+    with pytest.raises(ValueError, match="not affine"):
+        i, j = Index("i"), Index("j")
+        from tex.indices import affine_terms
+        affine_terms(abs(i - j), "X")

@@ -281,6 +281,9 @@ class _SizePrinter(StrPrinter):
     def _print_Min(self, e):
         return self._builtin("min", e)
 
+    def _print_Abs(self, e):
+        return self._builtin("abs", e)
+
     def _print_Max(self, e):
         return self._builtin("max", e)
 

@@ -4,14 +4,14 @@ from .core import (Atom, Basic, Dummy, Expr, Float, Integer, Number, Rational, S
                    SympifyError, ordered, preorder_traversal, sympify)
 from .arith import (Add, AssocOp, Mul, Pow, expand, fraction, numer_denom, simplify,
                     together)
-from .functions import CeilDiv, Function, Max, Min, Mod, ceiling, floor, lower_bound
+from .functions import Abs, CeilDiv, Function, Max, Min, Mod, ceiling, floor, lower_bound
 from .logic import (And, Boolean, BooleanAtom, Eq, Equality, GreaterThan, LessThan, Ne,
                     Not, Or, Relational, StrictGreaterThan, StrictLessThan, Unequality,
                     false, true)
 from .printer import PRECEDENCE, StrPrinter
 from .parse import parse
 
-__all__ = ["Add", "And", "AssocOp", "Atom", "Basic", "Boolean", "BooleanAtom", "CeilDiv",
+__all__ = ["Abs", "Add", "And", "AssocOp", "Atom", "Basic", "Boolean", "BooleanAtom", "CeilDiv",
            "Dummy", "Eq", "Equality", "Expr", "Float", "Function", "GreaterThan",
            "Integer", "LessThan", "Max", "Min", "Mod", "Mul", "Ne", "Not", "Number", "Or",
            "PRECEDENCE", "Pow", "parse", "Rational", "Relational", "S", "StrPrinter",

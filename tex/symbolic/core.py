@@ -284,9 +284,13 @@ class Expr(Basic):
         return self
 
     def __abs__(self):
-        if self.is_nonnegative:
-            return self
-        raise TypeError(f"abs of {self}: not a number")
+        return later.Abs(self)
+
+    def __floor__(self):            # math.floor(N / 2), as a numpy user writes it
+        return later.floor(self)
+
+    def __ceil__(self):
+        return later.ceiling(self)
 
     def _relation(name):
         def method(self, other):

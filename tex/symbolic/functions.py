@@ -125,6 +125,27 @@ class Mod(Function):
         return True if self.args[1].is_positive else None
 
 
+class Abs(Function):
+    """|x|: evaluated for numbers and for an x whose sign is known."""
+    __slots__ = ()
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            return _number(abs(x.value))
+        if x.is_nonnegative:
+            return x
+        if (-x).is_nonnegative:
+            return -x
+        return None
+
+    @property
+    def is_integer(self):
+        return self.args[0].is_integer
+
+    is_nonnegative = True
+
+
 class CeilDiv(Function):
     """ceiling(a / b) for integers, the trip count of a split's outer loop: it
     evaluates only on integer arguments (sympy's `ceiling(Min(1020, 1024 - 1020*io)/6)`
@@ -279,4 +300,4 @@ def _at_least(e, n=0):
     return low is not None and low >= n
 
 
-later.floor, later.Mod = floor, Mod
+later.floor, later.ceiling, later.Mod, later.Abs = floor, ceiling, Mod, Abs

@@ -6,7 +6,7 @@ import operator
 
 from .arith import Pow
 from .core import Float, Integer, Rational, Symbol, SympifyError, later, sympify
-from .functions import CeilDiv, Max, Min, Mod, ceiling, floor
+from .functions import Abs, CeilDiv, Max, Min, Mod, ceiling, floor
 from .logic import And, Eq, Ne, Not, Or, false, true
 
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -14,7 +14,7 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Pow: operator.pow, ast.BitAnd: And, ast.BitOr: Or}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
             ast.GtE: operator.ge, ast.Eq: Eq, ast.NotEq: Ne}
-_FUNCTIONS = {"min": Min, "max": Max, "Min": Min, "Max": Max, "Mod": Mod, "floor": floor,
+_FUNCTIONS = {"abs": Abs, "Abs": Abs, "min": Min, "max": Max, "Min": Min, "Max": Max, "Mod": Mod, "floor": floor,
               "ceiling": ceiling, "ceil": ceiling, "CeilDiv": CeilDiv, "Eq": Eq, "Ne": Ne,
               "And": And, "Or": Or, "Not": Not, "Integer": Integer, "Rational": Rational,
               "Pow": Pow}

@@ -13,6 +13,7 @@ flat, a number first, equal bases merged into integer powers; a number times a s
 distributed (`2*(M + 1)` is `2*M + 2`), anything else is kept as written (`expand`
 multiplies out). Objects are immutable and compared by structure.
 """
+import threading
 import types
 from fractions import Fraction
 from numbers import Integral, Rational as _PyRational
@@ -565,14 +566,16 @@ class Dummy(Symbol):
     """A symbol unlike every other, whatever its name (`dummy_index` tells them apart)."""
     __slots__ = ("dummy_index",)
     _count = 0
+    _counting = threading.Lock()    # indices made on several threads (dask's) stay apart
 
     def __new__(cls, name, dummy_index=None, **assumptions):
         obj = Symbol.__new__(cls, name, **assumptions)
-        if dummy_index is None:
-            Dummy._count += 1
-            dummy_index = Dummy._count
-        else:
-            Dummy._count = max(Dummy._count, dummy_index)
+        with Dummy._counting:
+            if dummy_index is None:
+                Dummy._count += 1
+                dummy_index = Dummy._count
+            else:       # one that arrives (unpickled): later ones here are numbered after it
+                Dummy._count = max(Dummy._count, dummy_index)
         obj.dummy_index = dummy_index
         return obj
 

@@ -2,13 +2,13 @@
 
 All nodes are frozen; a pass builds new nodes and shares the ones it did not touch
 (`replace` returns the node itself when nothing changed). Loop variables are
-`tex.Index` objects (sympy Dummies): identity by object, the printer makes names unique.
+`tex.Index` objects (tex.symbolic Dummies): identity by object, the printer makes names unique.
 Values inside statements are tex expression nodes whose `Access.tensor` is a `Buffer`.
 
     Kernel(body=(Stage, ...))        one stage per definition, in dependence order
     Stage(definition, body)          marks where a definition's statements live
     Loop(var, extent, body, kind)    for var in start .. start+extent
-    Guard(cond, body)                if cond (a sympy relation over sizes and loop vars)
+    Guard(cond, body)                if cond (a relation over sizes and loop vars)
     Allocate(buffer, body)           a temporary or local buffer live inside body
     Store(buffer, index, value)      buffer[index] = value
     Update(buffer, index, combiner, value, arg)   buffer[index] = combiner(buffer[index], value)

@@ -56,7 +56,7 @@ def size_class(sizes):
 
 
 def class_condition(program, cls):
-    """The sympy condition 'every size in its bucket' (None: no symbolic sizes)."""
+    """The condition 'every size in its bucket' (None: no symbolic sizes)."""
     by_name = {str(s): s for s in program.sizes}
     terms = []
     for name, lo, hi in cls:

@@ -687,9 +687,9 @@ def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dt
     assert not full._sig.built.deferred
 
 
-def test_the_nests_a_build_leaves_out_are_those_sympy_finds_not_taken():
+def test_the_nests_a_build_leaves_out_are_those_substitution_finds_not_taken():
     """compile_kernel decides which nests sizes need through choices.decider's generated
-    Python: the same choices as sympy's evaluation of each condition, at sizes around
+    Python: the same choices as substituting the sizes into each condition, at sizes around
     every tile (and over several calls at once: those none of them takes)."""
     from tex.backends.llvm import choices
     i, j, k, l = tex.indices("i j k l")
@@ -708,11 +708,11 @@ def test_the_nests_a_build_leaves_out_are_those_sympy_finds_not_taken():
         seen = set()
         for call in calls:
             got = choices.not_taken(kernel, call)
-            assert got == choices._not_taken_by_sympy(kernel, call), call
+            assert got == choices._not_taken_by_substitution(kernel, call), call
             seen.add(got)
         assert len(seen) > 3                                   # the calls take different nests
         assert choices.not_taken(kernel, calls[:3]) == \
-            choices._not_taken_by_sympy(kernel, calls[:3])
+            choices._not_taken_by_substitution(kernel, calls[:3])
 
 
 def test_a_build_emits_only_what_its_nests_read():

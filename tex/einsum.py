@@ -204,7 +204,7 @@ def _is_shape_dtype(x):
 
 
 def _spec(x):
-    """An einsum_program operand -> Spec(shape of sympy integers or expressions, dtype,
+    """An einsum_program operand -> Spec(shape of integers or size expressions, dtype,
     tensor): a tex Tensor, a (shape, dtype) pair or anything np.asarray takes."""
     if isinstance(x, Tensor):
         return Spec(x.shape, x.dtype, x)

@@ -110,7 +110,7 @@ def const_text(c):
 
 
 class Access(Expr):
-    """`tensor[index...]`: one element of a tensor, each index an affine sympy expression."""
+    """`tensor[index...]`: one element of a tensor, each index an affine expression (tex.symbolic)."""
     __slots__ = ("tensor", "index")
 
     def __init__(self, tensor, index):
@@ -213,7 +213,7 @@ def _size_value(e):
 
 
 def _chain(name, parts):
-    """parts[0] name parts[1] name ...: sympy's n-ary Add, Mul, And, Or as binary ops."""
+    """parts[0] name parts[1] name ...: n-ary Add, Mul, And, Or as binary ops."""
     out = parts[0]
     for p in parts[1:]:
         out = op(name, out, p)
@@ -225,7 +225,7 @@ _RELATIONS = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_eq
 
 
 def _condition_value(c):
-    """A relation of indices and sizes (sympy's `j <= i`) as a bool expression."""
+    """A relation of indices and sizes (`j <= i`) as a bool expression."""
     if isinstance(c, sym.Not):
         return op("logical_not", _condition_value(c.args[0]))
     if isinstance(c, (sym.And, sym.Or)):

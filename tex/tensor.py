@@ -31,7 +31,7 @@ from .indices import argument_name, format_size
 
 
 class Tensor:
-    """An array with a name, a shape of sympy size expressions and a dtype."""
+    """An array with a name, a shape of size expressions (tex.symbolic) and a dtype."""
     needs_indices = True        # an expression reads it as T[i, j] (expr.as_expr says so)
 
     def __init__(self, name, shape, dtype):
@@ -133,7 +133,7 @@ class Definition(Tensor):
     def __init__(self, name, out_indices, expr, extents, uid=None):
         self.indices = tuple(out_indices)
         self.expr = expr
-        self.extents = extents          # {Index: sympy extent} for every index used
+        self.extents = extents          # {Index: extent} for every index used
         super().__init__(name, [extents[x] for x in self.indices], expr.dtype)
         self.uid = uid or secrets.token_hex(8)
         Definition._live[self.uid] = self

@@ -2,8 +2,8 @@
 and its own nest, chosen by size) a call runs. A kernel is built with the nests its
 calls need (runtime.compile_kernel, Signature.build_choice); a call whose nest a build
 left out gets STATUS_DEFERRED, and the call's choices, one a stage, are decided here
-from its sizes and parameters: by sympy at build time (`not_taken`), by generated
-Python at a call (`decider`: microseconds, where sympy took 2.5 ms)."""
+from its sizes and parameters, by generated Python (`decider`: microseconds, where
+sympy took 2.5 ms), at build time (`not_taken`) and at a call."""
 import builtins
 
 import tex.symbolic as sym
@@ -26,8 +26,9 @@ def not_taken(kernel, sizes):
     return frozenset.intersection(*(at(call) for call in calls))
 
 
-def _not_taken_by_sympy(kernel, sizes):
-    """not_taken, each condition evaluated by sympy (what `decider` falls back to)."""
+def _not_taken_by_substitution(kernel, sizes):
+    """not_taken, each condition evaluated by substituting the sizes (what `decider`
+    falls back to)."""
     calls = [sizes] if isinstance(sizes, dict) else sizes
     out = set()
     for n, guard in enumerate(codegen.choices(kernel)):
@@ -78,7 +79,7 @@ def decider(kernel):
         try:
             return fast(values)
         except (KeyError, TypeError, ZeroDivisionError):   # a value missing, a size of 0
-            return _not_taken_by_sympy(kernel, values)      # sympy decides, or keeps
+            return _not_taken_by_substitution(kernel, values)   # decided, or kept
     return not_taken_at
 
 

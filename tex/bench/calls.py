@@ -113,7 +113,7 @@ def _first_call_workloads():
         cold.__name__ = f"compile_cold_{kind}_f32"
         cold.__doc__ = (f"First tex.einsum({spec!r}) call on float32 {dims} in a new process "
                         "with an empty kernel cache: scheduling, IR, LLVM O3, codegen "
-                        "(and the sympy and llvmlite imports it needs). `import_ms` is "
+                        "(and the DSL and llvmlite imports it needs). `import_ms` is "
                         "`import tex` alone.")
         warm = partial(_warm, spec, shapes)
         warm.__name__ = f"compile_warm_disk_{kind}_f32"

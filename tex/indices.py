@@ -290,15 +290,11 @@ class _SizePrinter(StrPrinter):
     def _builtin(self, name, e):
         return f"{name}({', '.join(self._print(a) for a in e.args)})"
 
-    printmethod = "_size_text"     # not `_sympystr`: CeilDiv's prints `ceiling(a/b)`
+    printmethod = "_size_text"
+    ceiling_name = "ceil"          # math.ceil, as Python reads it: ceil(N/64)
 
     def _print_ceiling(self, e):
         return f"ceil({self._print(e.args[0])})"
-
-    def _print_CeilDiv(self, e):
-        a, b = e.args
-        return f"ceil({self.parenthesize(a, PRECEDENCE['Mul'])}/" \
-               f"{self.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
 
     def _print_Mod(self, e):
         return f"{self.parenthesize(e.args[0], PRECEDENCE['Mul'])} % " \

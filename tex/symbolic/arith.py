@@ -14,6 +14,11 @@ class AssocOp(Expr):
         """The terms of a sum (factors of a product), or (e,)."""
         return e.args if isinstance(e, cls) else (sympify(e),)
 
+    @classmethod
+    def _unevaluated(cls, args):
+        """The args as written (one arg is itself; none is the identity)."""
+        return cls._from_args(args) if len(args) > 1 else args[0] if args else cls.identity
+
 
 class Add(AssocOp):
     __slots__ = ()
@@ -22,7 +27,7 @@ class Add(AssocOp):
     def __new__(cls, *args, evaluate=True):
         args = [_sympify(a) for a in args]
         if not evaluate:
-            return cls._from_args(args) if len(args) > 1 else args[0] if args else ZERO
+            return cls._unevaluated(args)
         number = ZERO
         terms = {}
         for a in args:
@@ -105,7 +110,7 @@ class Mul(AssocOp):
     def __new__(cls, *args, evaluate=True):
         args = [_sympify(a) for a in args]
         if not evaluate:
-            return cls._from_args(args) if len(args) > 1 else args[0] if args else ONE
+            return cls._unevaluated(args)
         coeff = Fraction(1)
         is_float = False
         powers = {}
@@ -364,3 +369,4 @@ def simplify(e):
 
 
 later.Add, later.Mul, later.Pow, later.expand = Add, Mul, Pow, expand
+Add.identity, Mul.identity = ZERO, ONE

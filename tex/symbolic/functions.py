@@ -39,45 +39,37 @@ def _integer_split(x):
     return [t for t in terms if t.is_integer], [t for t in terms if not t.is_integer]
 
 
-class floor(Function):
+class _Rounding(Function):
+    """floor and ceiling: a number rounded, an integer kept, integer terms taken out
+    (floor(N/2 + M) is M + floor(N/2))."""
+    __slots__ = ()
+    is_integer = True
+
+    @classmethod
+    def eval(cls, x):
+        if x.is_Number:
+            return Integer(cls._round(x.value))
+        if x.is_integer:
+            return x
+        whole, rest = _integer_split(x)
+        if whole:
+            return Add(cls(Add(*rest)), *whole)
+        return None
+
+    @property
+    def is_nonnegative(self):
+        return True if self.args[0].is_nonnegative else None
+
+
+class floor(_Rounding):
     """The largest integer <= x; `a // b` of sizes is floor(a/b)."""
     __slots__ = ()
-    is_integer = True
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_Number:
-            return Integer(math.floor(x.value))
-        if x.is_integer:
-            return x
-        whole, rest = _integer_split(x)
-        if whole:
-            return Add(cls(Add(*rest)), *whole)
-        return None
-
-    @property
-    def is_nonnegative(self):
-        return True if self.args[0].is_nonnegative else None
+    _round = staticmethod(math.floor)
 
 
-class ceiling(Function):
+class ceiling(_Rounding):
     __slots__ = ()
-    is_integer = True
-
-    @classmethod
-    def eval(cls, x):
-        if x.is_Number:
-            return Integer(math.ceil(x.value))
-        if x.is_integer:
-            return x
-        whole, rest = _integer_split(x)
-        if whole:
-            return Add(cls(Add(*rest)), *whole)
-        return None
-
-    @property
-    def is_nonnegative(self):
-        return True if self.args[0].is_nonnegative else None
+    _round = staticmethod(math.ceil)
 
 
 class Mod(Function):

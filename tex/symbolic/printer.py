@@ -120,9 +120,11 @@ class StrPrinter:
     def _print_Function(self, e):
         return f"{type(e).__name__}({', '.join(self._print(a) for a in e.args)})"
 
+    ceiling_name = "ceiling"
+
     def _print_CeilDiv(self, e):
         a, b = e.args
-        return f"ceiling({self.parenthesize(a, PRECEDENCE['Mul'])}/" \
+        return f"{self.ceiling_name}({self.parenthesize(a, PRECEDENCE['Mul'])}/" \
                f"{self.parenthesize(b, PRECEDENCE['Mul'] + 1)})"
 
     def _print_Relational(self, e):

@@ -1,5 +1,7 @@
-"""Expressions: numbers, symbols, sums, products and integer powers, kept in one
-canonical form so that two spellings of one polynomial are one object.
+"""tex's algebra of sizes, indices and conditions: expression nodes, numbers and symbols
+here; sums, products and powers in arith.py, integer functions in functions.py,
+relations and and/or/not in logic.py. Expressions keep one canonical form, so that two
+spellings of one polynomial are one object.
 
 Why not sympy: tex needs integer affine arithmetic on sizes and loop variables, a few
 integer functions (floor, ceiling, Mod, Min, Max, ceil-div) and relations between them.
@@ -13,6 +15,7 @@ flat, a number first, equal bases merged into integer powers; a number times a s
 distributed (`2*(M + 1)` is `2*M + 2`), anything else is kept as written (`expand`
 multiplies out). Objects are immutable and compared by structure.
 """
+import operator
 import threading
 import types
 from fractions import Fraction
@@ -21,7 +24,7 @@ from numbers import Integral, Rational as _PyRational
 import numpy as np
 
 # The names of the modules built on this one (arith: Add, Mul, Pow, expand; functions:
-# floor, Mod; logic: the relations, true, false; printer; parse), which each module puts
+# floor, ceiling, Mod, Abs; logic: the relations, true, false; printer; parse), which each module puts
 # here when it is imported (the package's __init__ imports them all): an expression's
 # operators need them, and core importing them would be an import cycle.
 later = types.SimpleNamespace()
@@ -397,10 +400,9 @@ class Number(Atom):
             return getattr(Expr, f"__{op.__name__}__")(self, other)
         return method
 
-    import operator as _op
-    __lt__, __le__ = _compare(_op.lt), _compare(_op.le)
-    __gt__, __ge__ = _compare(_op.gt), _compare(_op.ge)
-    del _compare, _op
+    __lt__, __le__ = _compare(operator.lt), _compare(operator.le)
+    __gt__, __ge__ = _compare(operator.gt), _compare(operator.ge)
+    del _compare
 
     @property
     def is_nonnegative(self):

@@ -11,6 +11,8 @@ import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import Index, Param, all_of, negation
+from tex.indices import format_size
+from tex.symbolic.parse import WORDS as _CONDITION_WORDS
 
 from . import primitives as P
 from .display import stage_html
@@ -271,18 +273,13 @@ class StageHandle:
         self._apply(state, *steps)
 
     def _condition(self, text, known):
-        """A condition written as a string, read with the program's own names only
-        (sympy alone reads N as its numeric-evaluation function, E as e, I as i)."""
+        """A condition written as a string, as `print(s)` and `s.history` show them
+        (`M == 1 and N >= 32`, `N % 4 != 0`, `min(...)`, `ceil(N/64)`) or in sympy's
+        spelling (`Eq(M, 1) & (N >= 32)`), read with the program's own names only."""
         names = {str(x): x for x in known}
-        names.update(Eq=sym.Eq, Ne=sym.Ne, And=sym.And, Or=sym.Or, Not=sym.Not, Min=sym.Min,
-                     Max=sym.Max)
         words = set(re.findall(r"[A-Za-z_]\w*", text))
-        unknown = sorted(words - set(names))
-        hint = "write a relation of the program's sizes, such as \"(M >= 64) & (N >= 16)\""
-        if words & {"and", "or", "not"}:
-            raise ScheduleError(f"specialize: in stage {self.name}, {text!r}: conditions "
-                                "combine with &, | and ~ (Python's and/or/not cannot "
-                                f"build one): {hint}")
+        unknown = sorted(words - set(names) - _CONDITION_WORDS)
+        hint = "write a relation of the program's sizes, such as \"M >= 64 and N >= 16\""
         if unknown:
             raise ScheduleError(f"specialize: in stage {self.name}, the condition {text!r} "
                                 f"uses {', '.join(unknown)}, which are not sizes or "
@@ -298,7 +295,7 @@ class StageHandle:
         """A specialization of this stage (Halide's `specialize`): a handle whose
         schedule starts as this one's and is used, at run time, for calls where
         `condition` -- a relation of sizes and call-time parameters, such as
-        `(M >= 6) & (N >= 16)` -- holds. Specializations are tried in the order they
+        `(M >= 6) & (N >= 16)`, or the text `"M >= 6 and N >= 16"` -- holds. Specializations are tried in the order they
         were made; calls where none holds run this stage's own schedule. Both nests
         are compiled into the one kernel. A condition that fixes a size (`Eq(M, 3)`,
         alone or in a conjunction) makes it a constant in the specialization's loops, so
@@ -329,7 +326,7 @@ class StageHandle:
         if fixed:
             spec._store(with_sizes(spec.state, fixed))
         self.specializations.append(spec)
-        self.sched._record(Specialize(self.name, str(cond)))
+        self.sched._record(Specialize(self.name, format_size(cond)))
         if schedule is not None:
             spec._defer(schedule, params)
         return spec

@@ -97,7 +97,7 @@ class SetKind:
 @dataclass(frozen=True)
 class Specialize:
     stage: str
-    condition: str          # a relation of sizes and params, as str() prints it
+    condition: str          # a relation of sizes and params, as print(s) shows it
 
 
 STEPS = {cls.__name__: cls for cls in (Split, Reorder, SplitK, SplitParts, Privatize, Pack,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tex
+from tex.indices import format_size
 from tex.scheduler import tunedb
 from tex.scheduler.tuning import class_condition, size_class
 from tex.tuner import candidates
@@ -111,7 +112,7 @@ def test_compile_uses_a_database_entry_only_within_its_size_class(tmp_path, monk
     tunedb.save(str(tmp_path), program, True, True, cls, {"stage": "C", "plan": plan},
                 threads=tex.get_num_threads())
     f = tex.compile(C)
-    cond = str(class_condition(program, cls))
+    cond = format_size(class_condition(program, cls))   # as print(s) shows it
     assert f._rebuild[2][1].condition == cond              # the first specialization
     for x, y in ((a, b), (a[:3, :5], b[:5, :2]), (np.ones((1, 200), np.float32),
                                                     np.ones((200, 9), np.float32))):

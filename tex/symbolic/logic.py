@@ -252,6 +252,9 @@ class Not(Boolean):
             return arg.args[0]
         return cls._from_args((arg,))
 
+    def _sort_key(self):        # after relations, before and/or
+        return (65, type(self).__name__, tuple(a.sort_key() for a in self._args))
+
 
 def _condition(c):
     c = _sympify(c)

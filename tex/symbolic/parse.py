@@ -18,6 +18,8 @@ _FUNCTIONS = {"abs": Abs, "Abs": Abs, "min": Min, "max": Max, "Min": Min, "Max":
               "ceiling": ceiling, "ceil": ceiling, "CeilDiv": CeilDiv, "Eq": Eq, "Ne": Ne,
               "And": And, "Or": Or, "Not": Not, "Integer": Integer, "Rational": Rational,
               "Pow": Pow}
+# the words text may use besides its own names
+WORDS = frozenset(_FUNCTIONS) | {"and", "or", "not", "True", "False", "true", "false"}
 
 
 def parse(text, names):

@@ -4,7 +4,7 @@ Python's syntax read with `ast`, never `eval`. sympy's spellings of earlier hist
 import ast
 import operator
 
-from .arith import Pow
+from .arith import Pow, numer_denom
 from .core import Float, Integer, Rational, Symbol, SympifyError, later, sympify
 from .functions import Abs, CeilDiv, Max, Min, Mod, ceiling, floor
 from .logic import And, Eq, Ne, Not, Or, false, true
@@ -14,8 +14,17 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Pow: operator.pow, ast.BitAnd: And, ast.BitOr: Or}
 _COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
             ast.GtE: operator.ge, ast.Eq: Eq, ast.NotEq: Ne}
+def _ceil(x):
+    """ceil(a/b) of integers as CeilDiv(a, b), what the printer writes that way (so a
+    printed condition reads back as the same expression), else ceiling(x)."""
+    num, den = numer_denom(x)
+    if den.is_Integer and den.value > 0 and num.is_integer:
+        return CeilDiv(num, den)
+    return ceiling(x)
+
+
 _FUNCTIONS = {"abs": Abs, "Abs": Abs, "min": Min, "max": Max, "Min": Min, "Max": Max, "Mod": Mod, "floor": floor,
-              "ceiling": ceiling, "ceil": ceiling, "CeilDiv": CeilDiv, "Eq": Eq, "Ne": Ne,
+              "ceiling": _ceil, "ceil": _ceil, "CeilDiv": CeilDiv, "Eq": Eq, "Ne": Ne,
               "And": And, "Or": Or, "Not": Not, "Integer": Integer, "Rational": Rational,
               "Pow": Pow}
 # the words text may use besides its own names

@@ -16,7 +16,8 @@ import keyword
 import weakref
 
 import tex.symbolic as sym
-from tex.symbolic import PRECEDENCE, CeilDiv, Min, StrPrinter, lower_bound
+from tex.symbolic import PRECEDENCE, StrPrinter
+from tex.symbolic import CeilDiv, Min, lower_bound  # noqa: F401 (tex.indices' names too)
 
 from .errors import ShapeError
 
@@ -101,14 +102,10 @@ class Param(sym.Symbol):
         return (type(self), (self.name,))
 
 
-def _at_least(e, n=0):
-    low = lower_bound(e)
-    return low is not None and low >= n
-
-
 def less(a, b, strict=True):
     """`a < b` (or `a <= b`) as a relation: `sym.true` or `sym.false` when
-    `lower_bound` decides it, else kept as written."""
+    `lower_bound` decides it, else kept as written (tex.symbolic's relations decide
+    themselves when built)."""
     return _relation(sym.StrictLessThan if strict else sym.LessThan, a, b)
 
 
@@ -122,37 +119,23 @@ def at_least(a, b):
     return _relation(sym.GreaterThan, a, b)
 
 
-# (a relation's class, and whether it holds when b - a >= 0 or only when b - a >= 1);
-# a > b is b < a and a >= b is b <= a
-_LESS = {sym.StrictLessThan: (False, 1), sym.LessThan: (False, 0),
-         sym.StrictGreaterThan: (True, 1), sym.GreaterThan: (True, 0)}
-_NEGATED = {sym.StrictLessThan: sym.GreaterThan, sym.LessThan: sym.StrictGreaterThan,
-            sym.GreaterThan: sym.StrictLessThan, sym.StrictGreaterThan: sym.LessThan}
-
-
 def _relation(cls, a, b):
-    return _decided_relation(cls, sym.sympify(a), sym.sympify(b))
+    return _built_relation(cls, sym.sympify(a), sym.sympify(b))
 
 
 @functools.lru_cache(maxsize=8192)
-def _decided_relation(cls, a, b):
-    """_relation of expressions, memoized: a schedule asks about the same extents
-    many times (a matmul's first compile: 280 relations, 171 distinct)."""
-    swapped, gap = _LESS[cls]
-    lo, hi = (b, a) if swapped else (a, b)
-    if _at_least(hi - lo, gap):
-        return sym.true
-    if _at_least(lo - hi, 1 - gap):
-        return sym.false
-    return cls(a, b, evaluate=False)
+def _built_relation(cls, a, b):
+    """cls(a, b), memoized: a schedule asks about the same extents many times (a
+    matmul's first compile: 280 relations, 171 distinct)."""
+    return cls(a, b)
 
 
 def negation(c):
     """Not(c): an inequality becomes its opposite, decided like `less`; anything else
     goes to Not."""
     c = sym.sympify(c)
-    cls = _NEGATED.get(type(c))
-    return sym.Not(c) if cls is None else _relation(cls, *c.args)
+    opposite = sym.NEGATED.get(type(c))
+    return sym.Not(c) if opposite is None else _relation(opposite, *c.args)
 
 
 def all_of(*conds):

@@ -24,9 +24,9 @@ from numbers import Integral, Rational as _PyRational
 import numpy as np
 
 # The names of the modules built on this one (arith: Add, Mul, Pow, expand; functions:
-# floor, ceiling, Mod, Abs; logic: the relations, true, false; printer; parse), which each module puts
-# here when it is imported (the package's __init__ imports them all): an expression's
-# operators need them, and core importing them would be an import cycle.
+# floor, ceiling, Mod, Abs; logic: the relations, true, false; printer; parse), which
+# each module puts here when it is imported (the package's __init__ imports them all):
+# an expression's operators need them, and core importing them would be an import cycle.
 later = types.SimpleNamespace()
 
 

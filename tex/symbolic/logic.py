@@ -97,7 +97,7 @@ class Relational(Boolean):
 
     @property
     def negated(self):
-        return _NEGATED[type(self)](*self._args, evaluate=False)
+        return NEGATED[type(self)](*self._args, evaluate=False)
 
     @classmethod
     def _decide(cls, lhs, rhs):
@@ -201,7 +201,7 @@ class Unequality(Relational):
 
 Lt, Le, Gt, Ge, Eq, Ne = (StrictLessThan, LessThan, StrictGreaterThan, GreaterThan,
                           Equality, Unequality)
-_NEGATED = {Lt: Ge, Le: Gt, Gt: Le, Ge: Lt, Eq: Ne, Ne: Eq}
+NEGATED = {Lt: Ge, Le: Gt, Gt: Le, Ge: Lt, Eq: Ne, Ne: Eq}     # a relation's opposite
 
 
 class _Lattice(Boolean):
@@ -247,7 +247,7 @@ class Not(Boolean):
         if isinstance(arg, BooleanAtom):
             return false if arg.value else true
         if isinstance(arg, Relational):
-            return _NEGATED[type(arg)](*arg.args)
+            return NEGATED[type(arg)](*arg.args)
         if isinstance(arg, Not):
             return arg.args[0]
         return cls._from_args((arg,))

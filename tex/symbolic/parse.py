@@ -23,7 +23,8 @@ def _ceil(x):
     return ceiling(x)
 
 
-_FUNCTIONS = {"abs": Abs, "Abs": Abs, "min": Min, "max": Max, "Min": Min, "Max": Max, "Mod": Mod, "floor": floor,
+_FUNCTIONS = {"abs": Abs, "Abs": Abs, "min": Min, "max": Max, "Min": Min, "Max": Max,
+              "Mod": Mod, "floor": floor,
               "ceiling": _ceil, "ceil": _ceil, "CeilDiv": CeilDiv, "Eq": Eq, "Ne": Ne,
               "And": And, "Or": Or, "Not": Not, "Integer": Integer, "Rational": Rational,
               "Pow": Pow}

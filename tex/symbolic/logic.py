@@ -114,15 +114,15 @@ class Relational(Boolean):
 class _Order(Relational):
     """<, <=, >, >=: decided by lower bounds of the difference of the sides."""
     __slots__ = ()
-    _less = None         # (lhs is the smaller side, the gap that makes it hold: 1 strict)
+    _less = None         # (lhs is the larger side, the gap that makes it hold: 1 strict)
 
     @classmethod
     def _decide_symbolic(cls, lhs, rhs, gap):
         swapped, need = cls._less
-        lo, hi = (rhs, lhs) if swapped else (lhs, rhs)
-        if _at_least(hi - lo, need):
+        up = -gap if swapped else gap           # the larger side minus the smaller
+        if _at_least(up, need):
             return True
-        if _at_least(lo - hi, 1 - need):
+        if _at_least(-up, 1 - need):
             return False
         return None
 

@@ -39,13 +39,14 @@ def _build(nests, symbol, fast_math, bounds_check, deferred):
                 ir_text.append(str(codegen.build(kernel, symbol, fast_math, bounds_check,
                                                  deferred)))
         return ir_text[0]
-    threads.runtime()       # the pool and interrupt flag every kernel links against
     with overriding(nests.target):
         text = (f"{symbol} fast_math={fast_math} bounds_check={bounds_check} "
                 f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
         key = jit.cache_key(text)
+        # linked against the thread runtime: its pool and interrupt flag
         address, image = jit.load_key(key, symbol, make_ir,
-                                      large=len(text) > split.LARGE_NEST_BYTES)
+                                      large=len(text) > split.LARGE_NEST_BYTES,
+                                      before_link=threads.runtime)
     # a kernel without loops has no bounds record (and cannot go out of bounds): 0
     bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
     return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,

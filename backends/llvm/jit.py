@@ -109,9 +109,23 @@ class Machine:
         self.machine = self.new_machine()
         self.datalayout = str(self.machine.target_data)
 
-    def new_machine(self):
+    def new_machine(self, opt=3):
         return self.llvm_target.create_target_machine(cpu=self.cpu, features=self.features,
-                                                      opt=3, codemodel="jitdefault")
+                                                      opt=opt, codemodel="jitdefault")
+
+    def runtime_object(self, ir_text):
+        """The thread runtime's object code (threads.py): a light pipeline
+        (compile_worker.optimize_light) and LLVM's fast instruction selection and
+        register allocation (codegen level 0), on a target machine of its own (a
+        warm-up thread compiles it while the caller's thread compiles a kernel). Its
+        code waits, spins and hands out work; none of it is a kernel's inner loop. The
+        O1 pipeline and full codegen took 110-130 ms of a cold first call's LLVM time
+        here (Emerald Rapids), this takes about 20, and parallel regions run no
+        slower (repeated 400^2 .. 2048^2 elementwise products and row sums on 2
+        threads, A/B within noise)."""
+        from . import compile_worker
+        machine = self.new_machine(opt=0)
+        return machine.emit_object(compile_worker.optimize_light(_llvm(), machine, ir_text))
 
     @classmethod
     def get(cls, target=None):
@@ -468,9 +482,7 @@ def prebuild(text, kind):
             return
         slot = _prebuilt[key] = [threading.Event(), None]
     try:
-        from . import compile_worker
-        tm = machine.new_machine()
-        slot[1] = tm.emit_object(compile_worker.optimize(_llvm(), tm, text))
+        slot[1] = machine.runtime_object(text)
     finally:
         slot[0].set()
 
@@ -496,11 +508,15 @@ def load(text, symbol, make_ir=None, kind="kernel"):
     return load_key(cache_key(text), symbol, make_ir or (lambda: text), kind)
 
 
-def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
+def load_key(key, symbol, make_ir=None, kind="kernel", large=False, before_link=None):
     """`load` by the cache key itself; without `make_ir`, None on a cache miss (a warm
     start, backends/llvm/warm.py, which knows the key from an earlier process's record).
     `large`: the kernel's IR will be large (split_module), so a miss starts the
-    compiler process before building it."""
+    compiler process before building it. `before_link()` runs once the object code is
+    at hand and before it is linked (a kernel: the thread runtime it links against, so
+    that a cold first call compiles the kernel while the warm-up thread still compiles
+    the runtime); outside this module's lock, which the runtime's own load takes after
+    its lock."""
     with _lock:
         _save_host_facts()
         hit = _memory.get(key)
@@ -518,11 +534,13 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False):
             if kind == "kernel":
                 obj = pack_objects(compile_module(ir_text))
             else:     # the runtime: one small module, compiled once per machine, here
-                obj = _take_prebuilt(key) or \
-                    Machine.get().machine.emit_object(optimized_module(ir_text))
+                obj = _take_prebuilt(key) or Machine.get().runtime_object(ir_text)
             write_cached(key, obj, kind)
         elif kind == "kernel":
             STATS["disk_hits"] += 1
+    if before_link is not None:
+        before_link()
+    with _lock:
         image = elf.Image(unpack_objects(obj) if kind == "kernel" else obj)
         try:
             address = image.address(symbol)

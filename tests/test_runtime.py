@@ -233,6 +233,25 @@ def test_out_refusals_do_not_mistake_a_safe_cast():
     np.testing.assert_array_equal(out, np.float16(SENTINEL))
 
 
+@pytest.mark.parametrize("casting", ["no", "safe", "same_kind", "unsafe"])
+@pytest.mark.parametrize("out_dtype", [np.float64, np.float16, np.int32])
+def test_out_follows_the_compiles_casting_rule_as_numpys_ufuncs_do(casting, out_dtype):
+    f = tex.compile(gemm().program, casting=casting)
+    out = np.full((4, 5), -7, out_dtype)
+    want = A32 @ B32
+    if not np.can_cast(np.float32, out_dtype, casting):
+        with pytest.raises(TypeError, match=rf"out= for C.*casting={casting!r}.*"
+                                            r"(pass out= an array of float32|compile with)"):
+            f(A32, B32, out=out)
+        np.testing.assert_array_equal(out, -7)         # untouched
+        return
+    assert f(A32, B32, out=out) is out
+    ref = np.empty((4, 5), out_dtype)
+    np.multiply(want, 1, out=ref, casting="unsafe")     # numpy's own conversion
+    np.testing.assert_allclose(out.astype(np.float64), ref.astype(np.float64), rtol=2e-3,
+                               atol=1.01 if out_dtype == np.int32 else 1e-3)
+
+
 def test_out_overlapping_an_input_gives_numpys_answer():
     # elementwise, out is the input itself
     f = axpy()

@@ -80,9 +80,10 @@ def compile(target, fast_math=True, name=None, bounds_check=None, casting="safe"
     outside its dimension raises IndexError naming the tensor, the index and the loops
     (for debugging a schedule; a correct kernel never trips it).
 
-    `casting` is numpy's rule for an input array whose dtype differs from its tensor's
-    ("safe": only conversions that keep every value; "same_kind" also rounds float64 to
-    float32; "unsafe" converts anything). Python scalars and lists of them are weak, as
+    `casting` is numpy's rule for an input array whose dtype differs from its tensor's,
+    and for an `out=` array whose dtype differs from its result's ("safe": only
+    conversions that keep every value; "same_kind" also rounds float64 to float32;
+    "unsafe" converts anything). Python scalars and lists of them are weak, as
     in numpy (NEP 50): a float32 tensor takes 0.5 or [1.0, 2.5] under any rule.
 
     `fast_math=False` keeps float reductions in order (see tex.sum); `name` names the
@@ -599,9 +600,10 @@ def _prepare_out(sig, out, shapes, inputs):
         if not o.flags.writeable:
             raise ValueError(f"out= for {d.name} is read-only")
         if o.dtype != d.dtype:
-            if not np.can_cast(d.dtype, o.dtype, "safe"):
-                raise TypeError(f"out= for {d.name}: cannot cast the result {d.dtype} to "
-                                f"{o.dtype} safely")
+            if not np.can_cast(d.dtype, o.dtype, sig.casting):
+                raise TypeError(f"out= for {d.name}: numpy does not cast the result "
+                                f"{d.dtype} to {o.dtype} with casting={sig.casting!r}; "
+                                f"{_out_fix(d.dtype, o.dtype, sig.casting)}")
             targets.append(np.empty(shape, d.dtype))
             finish.append(o)
             continue
@@ -610,10 +612,20 @@ def _prepare_out(sig, out, shapes, inputs):
     return inputs, targets, finish
 
 
+def _out_fix(result, wanted, casting):
+    """What to do about an out= array whose dtype the compile's casting rule refuses."""
+    fix = f"pass out= an array of {result}"
+    for looser in ("safe", "same_kind", "unsafe"):
+        if _CASTINGS.index(looser) > _CASTINGS.index(casting) and \
+                np.can_cast(result, wanted, looser):
+            return fix + f", or compile with tex.compile(..., casting={looser!r})"
+    return fix
+
+
 def _finish_out(out, targets, finish):
     results = []
     for tgt, dst in zip(targets, finish):
         if dst is not None:
-            np.copyto(dst, tgt)
+            np.copyto(dst, tgt, casting="unsafe")      # (allowed by _prepare_out)
         results.append(tgt if dst is None else dst)
     return tuple(results) if len(results) > 1 else results[0]

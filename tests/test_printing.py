@@ -62,3 +62,21 @@ def test_conditions_print_as_python():
     assert format_size(N - 64 * io - 64 >= 0) == "64*io + 64 <= N"
     half = sp.Rational(1, 2) * N - M - 1 >= 0       # not integral: no `<` for `<= - 1`
     assert eval(format_size(half), {"N": 3, "M": 1}) is False  # noqa: S307
+
+
+def test_repr_of_sizes_is_what_a_user_writes_and_evaluates_back():
+    """A notebook shows `X.shape` or a size by repr: Python's spelling (`M // 2`), which
+    evaluated with the user's own sizes gives the expression back (the same value at
+    every point: `-(a + b)*c` may come back with the sign inside the sum); str keeps
+    sympy's spelling."""
+    N, M = tex.sizes("N M")
+    X = tex.tensor("X", (M // 2, math.ceil(N / 4)), "float32")
+    assert repr(X.shape) == "(M // 2, ceil(N/4))"
+    assert str(M // 2) == "floor(M/2)"
+    assert [repr(e) for e in (M % 4, abs(M - N), (M + 1) // 2)] == \
+        ["M % 4", "abs(M - N)", "(M + 1) // 2"]
+    env = {"min": sp.Min, "max": sp.Max, "ceil": math.ceil, "abs": abs, "N": N, "M": M}
+    for _, _, e in _random_expressions(200, seed=4):
+        back = sp.sympify(eval(repr(e), env))  # noqa: S307
+        for n, m in [(6, 5), (7, 13), (1025, 2)]:
+            assert back.subs({N: n, M: m}) == e.subs({N: n, M: m}), (repr(e), e, n, m)

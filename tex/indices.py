@@ -344,6 +344,9 @@ def size_template(e):
     return "%d" if e.is_number else f"{format_size(e).replace('%', '%%')} = %d"
 
 
+sym.core.later.ReprPrinter = _SizePrinter     # repr() of sizes and index expressions
+
+
 def format_size(e):
     """A size or index expression as text (`T - R + 1`, `j + N // 2`)."""
     return _SizePrinter().doprint(sym.sympify(e))

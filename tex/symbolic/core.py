@@ -140,7 +140,10 @@ class Basic:
     def __str__(self):
         return later.StrPrinter().doprint(self)
 
-    __repr__ = __str__
+    def __repr__(self):
+        """As Python spells it where tex.indices is loaded (`M // 2`, `M % 4`, `ceil(M/4)`:
+        what a user wrote and what a notebook shows of `X.shape`), else as `str`."""
+        return getattr(later, "ReprPrinter", later.StrPrinter)().doprint(self)
 
 
 def _rebuild(cls, args):

@@ -1004,3 +1004,25 @@ def test_an_output_listed_twice_is_refused():
     E = tex.compute("E", (i, j), X[i, j] * 2)
     with pytest.raises(ValueError, match="E is listed twice among the outputs"):
         tex.compile((E, E))
+
+
+def test_minimum_maximum_and_abs_of_sizes_are_sizes_an_extent_can_use():
+    """Python's min(M, N) cannot decide M < N; tex.minimum of sizes builds the size (of an
+    index or a tensor it stays elementwise), and the refusal of min() says so."""
+    M, N = tex.sizes("M N")
+    i = tex.indices("i")
+    X = tex.tensor("X", (M, N), "float32")
+    assert repr(tex.minimum(M, N)) == "min(M, N)" and repr(tex.abs(M - N)) == "abs(M - N)"
+    assert repr(tex.maximum(M // 2, 4)) in ("max(4, M // 2)", "max(M // 2, 4)")
+    assert not isinstance(tex.minimum(i, N), type(tex.minimum(M, N)))
+    with pytest.raises(TypeError, match=r"tex\.minimum\(M, N\)"):
+        min(M, N)
+    D = tex.tensor("D", (tex.minimum(M, N),), "float32")
+    f = tex.compile(tex.compute("Y", (i,), X[i, i] + D[i]))
+    rng = np.random.default_rng(0)
+    for m, n in [(5, 3), (3, 7), (1, 1), (65, 63)]:
+        x = rng.standard_normal((m, n), dtype=np.float32)
+        d = rng.standard_normal(min(m, n), dtype=np.float32)
+        np.testing.assert_array_equal(f(X=x, D=d), np.diagonal(x) + d)
+    with pytest.raises(tex.ShapeError, match=r"tensor D, dimension 0: expected min\(M, N\) = 3"):
+        f(X=np.ones((5, 3), np.float32), D=np.ones(4, np.float32))

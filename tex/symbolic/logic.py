@@ -90,7 +90,8 @@ class Relational(Boolean):
         return self._args[1]
 
     def __bool__(self):
-        raise TypeError(f"cannot determine the truth value of {self}: it depends on symbols")
+        raise TypeError(f"cannot determine the truth value of {self}: it depends on symbols"
+                        " (min and max of sizes: tex.minimum(M, N), tex.maximum(M, N))")
 
     def _sort_key(self):        # relations before and/or/not (as sympy ordered them)
         return (55, type(self).__name__, tuple(a.sort_key() for a in self._args))

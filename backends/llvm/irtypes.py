@@ -2,6 +2,7 @@
 Builder (constant folding and a dominator record for index arithmetic), constants,
 intrinsic name suffixes, Python's floor division, loop metadata."""
 import contextlib
+import math
 
 import numpy as np
 import tex.symbolic as sym
@@ -44,6 +45,14 @@ def memory_type(dt):
 
 def is_i64_constant(v):
     return isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int)
+
+
+def _is_i1_constant(v):
+    return isinstance(v, ir.Constant) and v.type == I1 and isinstance(v.constant, (bool, int))
+
+
+_COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+            "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
 
 
 def _fold(lhs, rhs, op, zero=False, one=False):
@@ -90,6 +99,25 @@ class Builder(ir.IRBuilder):
     def mul(self, lhs, rhs, name="", flags=()):
         folded = _fold(lhs, rhs, lambda a, b: a * b, one=True)
         return folded if folded is not None else super().mul(lhs, rhs, name, flags)
+
+    # and comparisons, selects and masks of constants: `max(n, 0) & -16` of a constant
+    # n (the whole vectors of a register tile's row) was three instructions per vector
+    def icmp_signed(self, cmpop, lhs, rhs, name=""):
+        if is_i64_constant(lhs) and is_i64_constant(rhs):
+            return ir.Constant(I1, int(_COMPARE[cmpop](lhs.constant, rhs.constant)))
+        return super().icmp_signed(cmpop, lhs, rhs, name)
+
+    def select(self, cond, lhs, rhs, name="", flags=()):
+        if _is_i1_constant(cond):
+            return lhs if cond.constant else rhs
+        return super().select(cond, lhs, rhs, name, flags)
+
+    def and_(self, lhs, rhs, name=""):
+        for known, other in ((lhs, rhs), (rhs, lhs)):
+            if _is_i1_constant(known) and other.type == I1:    # a check known to pass
+                return other if known.constant else known
+        folded = _fold(lhs, rhs, lambda a, b: a & b)
+        return folded if folded is not None else super().and_(lhs, rhs, name)
 
     def dominated(self, block, by=None):
         self.idom[block] = self.block if by is None else by
@@ -149,6 +177,25 @@ def const(dt, value):
         return ir.Constant(ty, int(value) & ((1 << ty.width) - 1) if ty.width > 1
                            else int(bool(value)))
     return ir.Constant(ty, float(value))
+
+
+class _Splat(ir.Constant):
+    """A vector constant with one value in every lane, printed as LLVM reads it in one
+    word (`zeroinitializer`, `splat (float 1.0)`): llvmlite prints it lane by lane,
+    and a register tile's 16- and 32-lane constants were much of its IR's text (Python
+    formats it, LLVM parses it)."""
+
+    def _get_reference(self):
+        lane = self.constant[0]
+        value = lane.constant
+        if value is None or (value == 0 and math.copysign(1.0, value) > 0):
+            return "zeroinitializer"        # (-0.0 is not zero's bits)
+        return f"splat ({lane.type} {lane.get_reference()})"
+
+
+def splat_constant(vector_type, value):
+    """The constant vector of `value` (a Python number) in every lane."""
+    return _Splat(vector_type, value)
 
 
 def floor_div(b, a, d):

@@ -9,7 +9,7 @@ from tex.combiners import COMBINERS
 
 from ...scheduler.ir import Update
 from ...scheduler.vector_plan import affine_coefficient, itemsize
-from .irtypes import I1, I32, I64, PTR, memory_type, self_referential, type_suffix
+from .irtypes import I1, I32, I64, PTR, memory_type, self_referential, splat_constant, type_suffix
 from .ops import COMBINE
 from .vector import VectorLoop, vector_pointer
 
@@ -226,4 +226,4 @@ class TransposedLoop(VectorLoop):
         one = b.insert_element(ir.Constant(ir.VectorType(v.type, n), None), v,
                                ir.Constant(I32, 0))
         return b.shuffle_vector(one, ir.Constant(ir.VectorType(v.type, n), None),
-                                ir.Constant(ir.VectorType(I32, n), [ir.Constant(I32, 0)] * n))
+                                splat_constant(ir.VectorType(I32, n), 0))

@@ -115,7 +115,8 @@ from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, VectorTail, sym
 from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient, itemsize,
                                       local_flat)
 from ...scheduler.vectorize import Peeled
-from .irtypes import I1, I8, I32, I64, PTR, memory_type, self_referential, type_suffix, value_type
+from .irtypes import (I1, I8, I32, I64, PTR, memory_type, self_referential, splat_constant,
+                      type_suffix, value_type)
 from .ops import COMBINE, OPS, _better, increasing_better
 from .pairs import paired_vector_value
 from .vector_reduce import AccumulatorMixin
@@ -213,11 +214,11 @@ class VectorLoop(AccumulatorMixin):
 
     def splat(self, v):
         if isinstance(v, ir.Constant):
-            return ir.Constant(self.vtype(v.type), v.constant)
+            return splat_constant(self.vtype(v.type), v.constant)
         b = self.cg.b
-        one = b.insert_element(ir.Constant(self.vtype(v.type), None), v, ir.Constant(I32, 0))
-        zeros = ir.Constant(ir.VectorType(I32, self.w), [ir.Constant(I32, 0)] * self.w)
-        return b.shuffle_vector(one, ir.Constant(self.vtype(v.type), None), zeros)
+        one = b.insert_element(splat_constant(self.vtype(v.type), 0), v, ir.Constant(I32, 0))
+        zeros = splat_constant(ir.VectorType(I32, self.w), 0)
+        return b.shuffle_vector(one, splat_constant(self.vtype(v.type), 0), zeros)
 
     def ops(self, lanes="vector", contract=False):
         """The OpContext of the op tables: <W x T> values (lanes=None: scalars, or a
@@ -438,7 +439,7 @@ class VectorLoop(AccumulatorMixin):
             # first W/4 lanes (the total is all that is read), the other lanes keep theirs
             d = self._dot(self.plan.vnni[id(s)], mask)
             k = d.type.count
-            zero = ir.Constant(d.type, [ir.Constant(I32, 0)] * k)
+            zero = splat_constant(d.type, 0)
             pad = b.shuffle_vector(d, zero, ir.Constant(ir.VectorType(I32, self.w), [
                 ir.Constant(I32, n if n < k else k) for n in range(self.w)]))
             self._write(s.buffer, s.index, b.add(acc, pad), None)
@@ -573,7 +574,7 @@ class VectorLoop(AccumulatorMixin):
         ptrs = b.gep(ptr, [offsets], source_etype=memory_type(dt))
         ptrs.type = ir.VectorType(PTR, self.w)      # llvmlite types a vector GEP as scalar
         if mask is None:
-            mask = ir.Constant(self.vtype(I1), [ir.Constant(I1, 1)] * self.w)
+            mask = splat_constant(self.vtype(I1), 1)
         fn = cg._extern(f"llvm.masked.gather.{type_suffix(mty)}.v{self.w}p0", mty,
                         [ptrs.type, I32, mask.type, mty])
         v = b.call(fn, [ptrs, ir.Constant(I32, itemsize(dt)), mask, ir.Constant(mty, None)])

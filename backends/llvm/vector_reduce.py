@@ -10,7 +10,7 @@ from tex.expr import Op
 
 from ...scheduler.target import target
 from ...scheduler.vector_plan import dot_width
-from .irtypes import I1, I8, I16, I32, I64, const, type_suffix, value_type
+from .irtypes import I1, I8, I16, I32, I64, const, splat_constant, type_suffix, value_type
 from .ops import COMBINE, _better, increasing_better
 
 INT64_MAX = (1 << 63) - 1
@@ -39,11 +39,11 @@ class AccumulatorMixin:
         def byte_vector(e):
             v = self.value(e, mask)
             if mask is not None:
-                v = b.select(mask, v, ir.Constant(bty, [ir.Constant(I8, 0)] * self.w))
+                v = b.select(mask, v, splat_constant(bty, 0))
             return v
 
         def splat8(k):
-            return ir.Constant(bty, [ir.Constant(I8, k)] * self.w)
+            return splat_constant(bty, k)
         x = byte_vector(info.x)
         sx = np.dtype(info.x.dtype).kind == "i"
         if info.y is None:
@@ -59,7 +59,7 @@ class AccumulatorMixin:
                 terms = [(1, b.xor(x, splat8(0x80)), y), (-1, splat8(0x80), y)]
             else:                                      # unsigned x unsigned
                 terms = [(1, x, b.xor(y, splat8(0x80))), (2, x, splat8(64))]
-        zero = ir.Constant(vty, [ir.Constant(I32, 0)] * lanes)
+        zero = splat_constant(vty, 0)
         total = None
         for scale, u8, s8 in terms:
             # the accumulator is added after the dot, not passed to it: the dots do
@@ -67,7 +67,7 @@ class AccumulatorMixin:
             d = _concatenate(b, [b.call(fn, [zero, b.bitcast(u, vty), b.bitcast(s, vty)])
                                  for u, s in zip(_split(b, u8, nb), _split(b, s8, nb))])
             if scale != 1:
-                d = b.mul(d, ir.Constant(d.type, [ir.Constant(I32, scale)] * d.type.count))
+                d = b.mul(d, splat_constant(d.type, scale))
             total = d if total is None else b.add(total, d)
         return total
 
@@ -91,7 +91,7 @@ class AccumulatorMixin:
         x, y = args
         if id(e.args[0]) in self.plan.dependent and id(e.args[1]) not in self.plan.dependent:
             x, y = y, x
-        y = b.and_(y, ir.Constant(y.type, [ir.Constant(I32, 0xFFFF)] * self.w))
+        y = b.and_(y, splat_constant(y.type, 0xFFFF))
         fn, lanes, narrow = pmaddwd(self.cg, _pmaddwd_bits(self.w, self.plan.bits))
         return _concatenate(b, [b.call(fn, [b.bitcast(xs, narrow), b.bitcast(ys, narrow)])
                                 for xs, ys in zip(_split(b, x, lanes), _split(b, y, lanes))])
@@ -107,7 +107,7 @@ class AccumulatorMixin:
         dt = u.buffer.dtype
         vty = self._acc_type(u)
         slot = cg.eb.alloca(vty, name=f"{u.buffer.name}.vec")
-        cg.b.store(ir.Constant(vty, [self._identity(u.combiner, dt)] * vty.count), slot)
+        cg.b.store(splat_constant(vty, self._identity(u.combiner, dt).constant), slot)
         pos_slot = None
         if u.arg is not None:
             pos_slot = cg.eb.alloca(self.vtype(I64), name=f"{u.arg.buffer.name}.vec")
@@ -257,10 +257,10 @@ def _float_extreme(cg, combiner, dt, vec):
     bits = b.bitcast(vec, vty)
 
     def flip(v, t):
-        sign = b.ashr(v, ir.Constant(t, [ir.Constant(ity, 8 * dt.itemsize - 1)] * n)
+        sign = b.ashr(v, splat_constant(t, 8 * dt.itemsize - 1)
                       if isinstance(t, ir.VectorType) else ir.Constant(ity, 8 * dt.itemsize - 1))
         low = (1 << (8 * dt.itemsize - 1)) - 1
-        mag = ir.Constant(t, [ir.Constant(ity, low)] * n) if isinstance(t, ir.VectorType) \
+        mag = splat_constant(t, low) if isinstance(t, ir.VectorType) \
             else ir.Constant(ity, low)
         return b.xor(v, b.and_(sign, mag))
     key = flip(bits, vty)

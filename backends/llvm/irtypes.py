@@ -47,6 +47,12 @@ def is_i64_constant(v):
     return isinstance(v, ir.Constant) and v.type == I64 and isinstance(v.constant, int)
 
 
+def _signed(value):
+    """An i64 constant's value: `const` keeps a negative one in its unsigned form."""
+    value &= 2**64 - 1
+    return value - 2**64 if value >= 2**63 else value
+
+
 def _is_i1_constant(v):
     return isinstance(v, ir.Constant) and v.type == I1 and isinstance(v.constant, (bool, int))
 
@@ -104,7 +110,8 @@ class Builder(ir.IRBuilder):
     # n (the whole vectors of a register tile's row) was three instructions per vector
     def icmp_signed(self, cmpop, lhs, rhs, name=""):
         if is_i64_constant(lhs) and is_i64_constant(rhs):
-            return ir.Constant(I1, int(_COMPARE[cmpop](lhs.constant, rhs.constant)))
+            return ir.Constant(I1, int(_COMPARE[cmpop](_signed(lhs.constant),
+                                                       _signed(rhs.constant))))
         return super().icmp_signed(cmpop, lhs, rhs, name)
 
     def select(self, cond, lhs, rhs, name="", flags=()):

@@ -389,6 +389,34 @@ def test_several_outputs_and_out_tuple():
 
 # ================================================================ threads
 
+def test_threads_compiling_one_new_kernel_at_once_compile_and_link_it_once():
+    """A first call links its kernel after compiling it, outside the compile lock (the
+    thread runtime loads in between): threads that ask for the same kernel meanwhile
+    take that compile and its image, never compile it again or link a copy."""
+    from tex.backends.llvm import jit
+    N = tex.sizes("N")
+    i = tex.indices("i")
+    X = tex.tensor("X", (N,), "float32")
+    factor = float(np.random.default_rng().integers(1 << 20)) + 0.5     # a kernel no test has
+    barrier, results = threading.Barrier(4), [None] * 4
+
+    def work(k):
+        barrier.wait()
+        f = tex.compile(tex.compute("Y", (i,), X[i] * factor + 1.0))
+        results[k] = (f, f(np.arange(1000, dtype=np.float32)))
+    compiled_before = jit.STATS["compiled"]
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert jit.STATS["compiled"] == compiled_before + 1
+    want = np.arange(1000, dtype=np.float32) * np.float32(factor) + 1
+    for f, r in results:
+        np.testing.assert_array_equal(r, want)
+    assert len({id(f._sig.built.image) for f, _ in results}) == 1
+
+
 def test_concurrent_calls_from_python_threads():
     g = gemm("float64")
     f = axpy()

@@ -67,6 +67,7 @@ def codegen_source(disk=True):
 _lock = forksafe.rlock()
 _memory = collections.OrderedDict()  # key -> (image, address), least recently used first
 _prebuilt = {}      # key -> [threading.Event, object or None]: compiled ahead (prebuild)
+_unlinked = {}      # key -> object code compiled or read, not yet linked (load_key)
 
 
 def kernel_cache_size():
@@ -524,7 +525,8 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False, before_link=
             STATS["memory_hits"] += 1
             _memory.move_to_end(key)
             return hit[1], hit[0]
-        obj = read_cached(key, kind)
+        pending = _unlinked.get(key)
+        obj = pending or read_cached(key, kind)
         if obj is None and make_ir is None:
             return None
         if obj is None:
@@ -536,11 +538,22 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False, before_link=
             else:     # the runtime: one small module, compiled once per machine, here
                 obj = _take_prebuilt(key) or Machine.get().runtime_object(ir_text)
             write_cached(key, obj, kind)
-        elif kind == "kernel":
+        elif kind == "kernel" and pending is None:
             STATS["disk_hits"] += 1
-    if before_link is not None:
-        before_link()
+        _unlinked[key] = obj        # (a call of another thread meanwhile takes it)
+    try:
+        if before_link is not None:
+            before_link()
+    except BaseException:
+        with _lock:
+            _unlinked.pop(key, None)
+        raise
     with _lock:
+        _unlinked.pop(key, None)    # (in the section that links: no gap to compile again)
+        hit = _memory.get(key)      # linked by another thread meanwhile
+        if hit is not None:
+            STATS["memory_hits"] += 1
+            return hit[1], hit[0]
         image = elf.Image(unpack_objects(obj) if kind == "kernel" else obj)
         try:
             address = image.address(symbol)

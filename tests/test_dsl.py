@@ -1006,23 +1006,59 @@ def test_an_output_listed_twice_is_refused():
         tex.compile((E, E))
 
 
-def test_minimum_maximum_and_abs_of_sizes_are_sizes_an_extent_can_use():
-    """Python's min(M, N) cannot decide M < N; tex.minimum of sizes builds the size (of an
-    index or a tensor it stays elementwise), and the refusal of min() says so."""
+def test_minimum_maximum_and_abs_of_sizes_give_extents_and_stay_elementwise_values():
+    """Python's min(M, N) cannot decide M < N: tex.minimum of sizes is the extent
+    min(M, N) (as tex.maximum and tex.abs, and Python's abs, are theirs), and in an
+    expression it is the elementwise value it always was (`.astype` and all)."""
     M, N = tex.sizes("M N")
-    i = tex.indices("i")
+    i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "float32")
-    assert repr(tex.minimum(M, N)) == "min(M, N)" and repr(tex.abs(M - N)) == "abs(M - N)"
-    assert repr(tex.maximum(M // 2, 4)) in ("max(4, M // 2)", "max(M // 2, 4)")
-    assert not isinstance(tex.minimum(i, N), type(tex.minimum(M, N)))
     with pytest.raises(TypeError, match=r"tex\.minimum\(M, N\)"):
         min(M, N)
     D = tex.tensor("D", (tex.minimum(M, N),), "float32")
+    W = tex.tensor("W", (tex.abs(M - N),), "float32")
+    assert repr(D.shape) == "(min(M, N),)" and repr(W.shape) == "(abs(M - N),)"
+    assert tex.tensor("W", (abs(M - N),), "float32") is W
+    assert repr(tex.tensor("Q", (tex.maximum(M // 2, 1),), "float32").shape) in (
+        "(max(1, M // 2),)", "(max(M // 2, 1),)")
     f = tex.compile(tex.compute("Y", (i,), X[i, i] + D[i]))
+    g = tex.compile(tex.compute("S", (i,), tex.sum(X[i, j], over=j) + W[0]))
+    h = tex.compile(tex.compute("Z", (i, j), X[i, j] * tex.abs(M - N)
+                                / tex.maximum(N, 1).astype("float32")))
     rng = np.random.default_rng(0)
     for m, n in [(5, 3), (3, 7), (1, 1), (65, 63)]:
         x = rng.standard_normal((m, n), dtype=np.float32)
         d = rng.standard_normal(min(m, n), dtype=np.float32)
         np.testing.assert_array_equal(f(X=x, D=d), np.diagonal(x) + d)
+        w = np.full(abs(m - n), 2.5, np.float32)
+        if w.size:
+            np.testing.assert_allclose(g(X=x, W=w), x.sum(axis=1) + 2.5, rtol=1e-5)
+        want = x * abs(m - n) / np.float32(max(n, 1))
+        assert h(x).dtype == want.dtype
+        np.testing.assert_allclose(h(x), want, rtol=1e-6)
     with pytest.raises(tex.ShapeError, match=r"tensor D, dimension 0: expected min\(M, N\) = 3"):
         f(X=np.ones((5, 3), np.float32), D=np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("case", ["sign", "less", "equal", "at_least", "float_sign"])
+def test_comparisons_of_negative_int64_constants_fold_as_signed(case):
+    """The IR builder folds comparisons of constants, and tex keeps a negative int64
+    constant in its unsigned form: a fold that compared those forms got -3 < 5 wrong."""
+    from tex.expr import Const
+    N = tex.sizes("N")
+    i = tex.indices("i")
+    X, F = tex.tensor("X", (N,), "int64"), tex.tensor("F", (N,), "float32")
+    x, fx = np.arange(1, 4, dtype=np.int64), np.arange(1, 4, dtype=np.float32)
+
+    def c(v):
+        return Const(v, "int64")
+    body, args, want = {
+        "sign": (X[i] * tex.sign(np.int64(-3)), {"X": x}, -x),
+        "less": (tex.where(c(-3) < c(5), X[i], -X[i]), {"X": x}, x),
+        "equal": (tex.where(c(-3) == c(-3), X[i], -X[i]), {"X": x}, x),
+        "at_least": (tex.where(c(-1) >= c(0), X[i], -X[i]), {"X": x}, -x),
+        "float_sign": (F[i] * tex.sign(np.int64(-3)), {"F": fx}, -fx.astype(np.float64)),
+    }[case]
+    got = tex.compile(tex.compute("Y", (i,), body))(**args)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype

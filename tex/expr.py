@@ -16,7 +16,7 @@ from .errors import ShapeError
 # the symbols of index notation, defined in tex/indices.py, importable from here too
 from .indices import (AutoParts, CeilDiv, Index, Min, Param, _split_names,  # noqa: F401
                       affine_terms, all_of, any_of, as_size, at_least, format_size,
-                      index_symbols, indices, less, negation, param, size_or, sizes)
+                      index_symbols, indices, less, negation, param, sizes)
 
 
 # ---------------------------------------------------------------- expression nodes
@@ -370,9 +370,9 @@ def exp(x): return op("exp", x)
 def log(x): return op("log", x)
 def sqrt(x): return op("sqrt", x)
 def tanh(x): return op("tanh", x)
-def abs(x): return size_or(op, "absolute", x)  # noqa: A001 - the public name is tex.abs
-def maximum(a, b): return size_or(op, "maximum", a, b)
-def minimum(a, b): return size_or(op, "minimum", a, b)
+def abs(x): return op("absolute", x)  # noqa: A001 - the public name is tex.abs
+def maximum(a, b): return op("maximum", a, b)
+def minimum(a, b): return op("minimum", a, b)
 
 
 def elementwise_doc(fn, ufunc):

@@ -228,22 +228,6 @@ def _floor_hint(e):
     return f"sizes divide with //: write {text} // {dtext}, not {format_size(e)}"
 
 
-_SIZE_FUNCTIONS = {"minimum": lambda a, b: sym.Min(a, b), "maximum": lambda a, b: sym.Max(a, b),
-                   "absolute": lambda a: sym.Abs(a)}
-
-
-def size_or(elementwise, name, *args):
-    """tex.minimum, tex.maximum and tex.abs of sizes and integers alone (no index, no
-    tensor): the size expression (`tex.minimum(M, N)` as an extent; Python's own min()
-    cannot decide `M < N`), else `elementwise(name, *args)`."""
-    if any(isinstance(a, sym.Basic) for a in args) and all(
-            (isinstance(a, int) and not isinstance(a, bool)) or
-            (isinstance(a, sym.Basic) and a.is_integer is True and not index_symbols(a))
-            for a in args):
-        return _SIZE_FUNCTIONS[name](*args)
-    return elementwise(name, *args)
-
-
 def as_size(d, where):
     """An integer size expression (sizes, integers, //, %, min, max), or raise."""
     try:

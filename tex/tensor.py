@@ -23,9 +23,9 @@ import tex.symbolic as sym
 
 from . import dtypes
 from .errors import ShapeError
-from .expr import (Access, Index, Reduce, affine_terms, as_expr, as_size, check_rank, format_expr,
-                   expr_indices, free_indices, index_symbols, rebuild, some_indices, walk,
-                   with_children, without_indices)
+from .expr import (Access, Const, Index, IndexValue, Op, Reduce, affine_terms, as_expr, as_size,
+                   check_rank, expr_indices, format_expr, free_indices, index_symbols, rebuild,
+                   some_indices, walk, with_children, without_indices)
 from .html import box, code, escape, pre, table
 from .indices import argument_name, format_size
 
@@ -280,7 +280,25 @@ def _lift_nested_reductions(name, out_indices, expr):
     return rebuild(expr, lift)
 
 
+_SIZE_FUNCTIONS = {"minimum": sym.Min, "maximum": sym.Max, "absolute": sym.Abs}
+
+
+def _size_of(d):
+    """tex.minimum / tex.maximum / tex.abs of sizes and integers (elementwise nodes, as
+    in any expression) as the size expression an extent needs (`min(M, N)`); else `d`."""
+    if isinstance(d, Op) and d.name in _SIZE_FUNCTIONS:
+        args = [_size_of(a) for a in d.args]
+        if all(isinstance(a, sym.Basic) for a in args):
+            return _SIZE_FUNCTIONS[d.name](*args)
+    elif isinstance(d, IndexValue):
+        return d.expr
+    elif isinstance(d, Const) and isinstance(d.value, int) and not isinstance(d.value, bool):
+        return sym.Integer(d.value)
+    return d
+
+
 def _as_extent(d, where):
+    d = _size_of(d)
     try:
         e = sym.sympify(d)
     except (sym.SympifyError, TypeError):

@@ -123,6 +123,8 @@ def pyexpr(e, names):
     if isinstance(e, (sym.Min, sym.Max)):
         fn = "min" if isinstance(e, sym.Min) else "max"
         return f"{fn}({', '.join(pyexpr(a, names) for a in e.args)})"
+    if isinstance(e, sym.Abs):
+        return f"abs({pyexpr(e.args[0], names)})"
     if isinstance(e, sym.Pow) and e.exp.is_Integer and e.exp > 0:       # N*N of a size
         return f"({pyexpr(e.base, names)} ** {int(e.exp)})"
     raise NotImplementedError(f"size expression {e} ({type(e).__name__})")

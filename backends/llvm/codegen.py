@@ -456,6 +456,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
             for v in vals[1:]:
                 out = b.select(b.icmp_signed(op, out, v), out, v)
             return out
+        if isinstance(e, sym.Abs):                                      # abs(M - N)
+            x = self.index(e.args[0])
+            return b.select(b.icmp_signed("<", x, ir.Constant(I64, 0)), b.neg(x), x)
         if isinstance(e, sym.Pow) and e.exp.is_Integer and e.exp > 0:    # L*L of a size
             base = self.index(e.base)
             out = base

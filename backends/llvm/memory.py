@@ -51,6 +51,9 @@ class MemoryMixin:
             return self._malloc(buf)
         count = int(np.prod([int(d) for d in buf.shape])) if buf.shape else 1
         ptr = self.eb.alloca(memory_type(buf.dtype), size=ir.Constant(I64, count), name=buf.name)
+        # typed as an opaque `ptr` (LLVM reads llvmlite's `float*` as one anyway): a
+        # register tile's every vector load and store took a bitcast to `<16 x float>*`
+        ptr.type = PTR
         self.memory[buf] = (ptr, self._contiguous_strides(buf.shape)[0])
 
     def _malloc(self, buf, stack_ok=False, once=False):

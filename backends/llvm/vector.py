@@ -473,7 +473,8 @@ class VectorLoop(AccumulatorMixin):
         """e for the W lanes of the current chunk, as a <W x T> vector."""
         cg = self.cg
         if id(e) not in self.plan.dependent:
-            return self.splat(self._scalar(e, mask, contract))
+            scalar = self._scalar(e, mask, contract)
+            return self.cg._reuse(("splat", scalar, self.w), lambda: self.splat(scalar))
         if isinstance(e, Access):
             if id(e) in self.override:
                 return self.override[id(e)]
@@ -499,6 +500,8 @@ class VectorLoop(AccumulatorMixin):
                 any_lane = cg.b.call(cg._extern(f"llvm.vector.reduce.or.v{self.w}i1", I1,
                                                 [mask.type]), [mask])
                 ptr = cg.b.select(any_lane, ptr, dummy)
+            elif e.tensor.scope is Scope.INPUT:      # (as in _read: inputs are read-only)
+                return cg._reuse(("load", ptr), lambda: cg._load(ptr, e.tensor.dtype))
             return cg._load(ptr, e.tensor.dtype)
         if isinstance(e, Op):
             args = [self._scalar(a, mask, contract) for a in e.args]
@@ -552,6 +555,11 @@ class VectorLoop(AccumulatorMixin):
             return self._load(ptr, buf.dtype, None)
         if id(buf) in self.gathering:
             return self._gather(ptr, self.access_step(buf, index), buf.dtype, mask)
+        if buf.scope is Scope.INPUT:
+            # a kernel never writes its inputs: the rows of a register tile read each
+            # vector of B once, not once per row (IR LLVM would only merge again)
+            return self.cg._reuse(("vector load", ptr, mask, buf.dtype),
+                                  lambda: self._load(ptr, buf.dtype, mask))
         return self._load(ptr, buf.dtype, mask)
 
     def _write(self, buf, index, v, mask):

@@ -391,10 +391,15 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
     def _address(self, buf, base, strides, index):
         if self.bounds_check:
             self._check_bounds(buf, index)
+        # the products and partial sums are reused as values (keys by the values they
+        # combine): a register tile's vectors of one row of B differ in their last
+        # offset only, and were each a multiply and add of every dimension
         offset = None
         for ix, st in zip(index, strides):
-            term = self.b.mul(self.index(ix), st)
-            offset = term if offset is None else self.b.add(offset, term)
+            iv = self.index(ix)
+            term = self._reuse(("scaled", iv, st), lambda: self.b.mul(iv, st))
+            offset = term if offset is None else \
+                self._reuse(("sum", offset, term), lambda: self.b.add(offset, term))
         if offset is None:
             return base
         return self.b.gep(base, [offset], source_etype=memory_type(buf.dtype))

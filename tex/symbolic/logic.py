@@ -91,7 +91,8 @@ class Relational(Boolean):
 
     def __bool__(self):
         raise TypeError(f"cannot determine the truth value of {self}: it depends on symbols"
-                        " (the min and max of sizes as an extent: tex.minimum(M, N), tex.maximum(M, N))")
+                        " (the min and max of sizes as an extent: tex.minimum(M, N),"
+                        " tex.maximum(M, N))")
 
     def _sort_key(self):        # relations before and/or/not (as sympy ordered them)
         return (55, type(self).__name__, tuple(a.sort_key() for a in self._args))

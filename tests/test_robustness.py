@@ -158,7 +158,7 @@ CASES = [
         assert np.allclose(tex.compile(Y)(x), x * 3.25 + 1)
         assert jit.STATS["corrupt"] == before.get("corrupt", 0) + 1
         print("recompiled", jit.STATS["compiled"] - before.get("compiled", 0))
-        """, "ok", ["recompiled 1"], {"TEX_CACHE_DIR": "{tmp}/forged"}),
+        """, "ok", ["recompiled 1"], {"TEX_CACHE_DIR": "{tmp}/forged", "TEX_TIERED": "0"}),
     ("a cache folder others may write is not used", """
         import warnings
         from tex.backends.llvm import jit
@@ -367,7 +367,7 @@ CASES = [
         assert (tex.einsum("ij,ij->ji", a, b) == (a * b).T * 1).all()   # its own kernel
         assert (tex.einsum("ij,ij->ij", a, b) == a * b).all()
         print("ok")
-        """, "ok", ["ok"], {"TEX_CACHE_DIR": "{tmp}/interrupted"}),
+        """, "ok", ["ok"], {"TEX_CACHE_DIR": "{tmp}/interrupted", "TEX_TIERED": "0"}),
     ("a cache folder where no key file can be made compiles in memory", """
         import warnings
         with warnings.catch_warnings(record=True) as seen:

@@ -389,11 +389,13 @@ def test_several_outputs_and_out_tuple():
 
 # ================================================================ threads
 
-def test_threads_compiling_one_new_kernel_at_once_compile_and_link_it_once():
+def test_threads_compiling_one_new_kernel_at_once_compile_and_link_it_once(monkeypatch):
     """A first call links its kernel after compiling it, outside the compile lock (the
     thread runtime loads in between): threads that ask for the same kernel meanwhile
-    take that compile and its image, never compile it again or link a copy."""
+    take that compile and its image, never compile it again or link a copy. (Optimized
+    code at once: quick code first is test_tiers.py's.)"""
     from tex.backends.llvm import jit
+    monkeypatch.setenv("TEX_TIERED", "0")
     N = tex.sizes("N")
     i = tex.indices("i")
     X = tex.tensor("X", (N,), "float32")

@@ -4,6 +4,8 @@ A kernel whose stages choose among specialized nests (codegen.choices) is built 
 the nests its calls run so far (`_build`: the others left out, returning
 STATUS_DEFERRED); `Signature` holds a function's builds and switches between them, or
 makes a new one, when a call needs a nest its current build lacks (`build_choice`).
+A build whose first call is small runs quick code until its optimized code is linked
+(tiers.py): `Signature.use` puts a gate in the call path meanwhile.
 """
 import collections
 import ctypes
@@ -11,9 +13,9 @@ import ctypes
 from tex.expr import AutoParts
 
 from ...gcpause import paused
-from ...scheduler.ir import structure_key
+from ...scheduler.ir import Loop, LoopKind, structure_key, walk
 from ...scheduler.target import overriding
-from . import choices, codegen, jit, split, threads
+from . import choices, codegen, jit, split, threads, tiers
 from .choices import call_values
 from ... import forksafe
 
@@ -21,16 +23,21 @@ from ... import forksafe
 # A kernel's machine code: its address, the image holding it, its cache key, its IR
 # (a function: generated on first use), the address of its bounds record (0 without),
 # the choices it left out, and what built it: the kernel it was generated from (holes
-# where deferred) and the Nests that kernel came from.
+# where deferred) and the Nests that kernel came from; for quick code, the
+# tiers.Upgrade that replaces it (else None) and whether tex vectorized its loops.
 Built = collections.namedtuple(
     "Built", "address image key make_ir bounds deferred kernel symbol fast_math bounds_check "
-             "nests")
+             "nests upgrade vectorized")
 
 
-def _build(nests, symbol, fast_math, bounds_check, deferred):
+def _build(nests, symbol, fast_math, bounds_check, deferred, work=None):
     """A build of the kernel without the choices in `deferred`, for the target it was
-    compiled for (a nest a later call needs is built for it, whatever target() is then)."""
+    compiled for (a nest a later call needs is built for it, whatever target() is then).
+    Quick code first (tiers.py) unless the first call's `work` (iterations, estimated
+    from its sizes: tiers.work_estimate; None: not known yet, the call path's gate
+    decides) is too large for it."""
     kernel = nests.kernel(deferred)
+    vectorized = any(isinstance(n, Loop) and n.kind is LoopKind.VECTOR for n in walk(kernel))
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
 
     def make_ir():
@@ -44,13 +51,20 @@ def _build(nests, symbol, fast_math, bounds_check, deferred):
                 f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
         key = jit.cache_key(text)
         # linked against the thread runtime: its pool and interrupt flag
-        address, image = jit.load_key(key, symbol, make_ir,
-                                      large=len(text) > split.LARGE_NEST_BYTES,
-                                      before_link=threads.runtime)
+        if tiers.enabled() and not bounds_check and \
+                (work is None or tiers.small_enough(work, vectorized)):
+            address, image, upgrade = tiers.load(key, symbol, make_ir,
+                                                 large=len(text) > split.LARGE_NEST_BYTES,
+                                                 before_link=threads.runtime)
+        else:
+            upgrade = None
+            address, image = jit.load_key(key, symbol, make_ir,
+                                          large=len(text) > split.LARGE_NEST_BYTES,
+                                          before_link=threads.runtime)
     # a kernel without loops has no bounds record (and cannot go out of bounds): 0
     bounds = image.symbols.get(f"{symbol}.bounds", 0) if bounds_check else 0
     return Built(address, image, key, make_ir, bounds, deferred, kernel, symbol, fast_math,
-                 bounds_check, nests)
+                 bounds_check, nests, upgrade, vectorized)
 
 
 class Signature:
@@ -84,17 +98,65 @@ class Signature:
         return frozenset.intersection(*(b.deferred for b in self.builds))
 
     def use(self, built):
-        """Run `built`'s code from now on."""
+        """Run `built`'s code from now on: its optimized code once its upgrade is done,
+        else its quick code through `_gate`."""
+        if built.upgrade is not None and built.upgrade.done.is_set():
+            # (the quick build stays in self.builds: a call may still run its code)
+            up = built.upgrade
+            built = built._replace(upgrade=None) if up.error is not None else \
+                built._replace(address=up.result[0], image=up.result[1], upgrade=None)
         if all(b is not built for b in self.builds):
             self.builds.append(built)   # its image: the code lives as long as this
         self.built = built
-        self.cfunc = self.proto(built.address)
+        self.cfunc = self.proto(built.address) if built.upgrade is None else \
+            self._gate(built)
         self.kernel = built.kernel           # what its statuses' numbers refer to
         self.object_key = built.key          # what backends/llvm/warm.py records
         # bounds_check kernels: (fast_math, address of the record)
         self.bounds = (built.fast_math, built.bounds) if built.bounds_check else None
         if self.scope is not None:
             self.scope["_cfunc"] = self.cfunc
+
+    def _gate(self, built):
+        """The call path's function while `built` runs quick code: its first
+        tiers.QUICK_CALLS calls run the quick code when small enough
+        (tiers.small_enough: the steps of an einsum's contraction path may run one
+        kernel), and so does a call that needs a nest the build left out (it returns
+        STATUS_DEFERRED before computing anything); another call waits for the
+        optimized code (compiling it, if no thread has begun), switches to it and
+        runs it."""
+        quick = self.proto(built.address)
+        n_in, n_arrays = len(self.kernel.inputs), len(self.kernel.inputs) + len(
+            self.kernel.outputs)
+        allowed = iter(range(tiers.QUICK_CALLS))   # (next(): atomic, whatever the threads)
+
+        def gate(*args):
+            values = call_values(built.kernel, args[:n_in], args[n_arrays:])
+            if self._defers(built, values) or next(allowed, None) is not None and \
+                    tiers.small_enough(tiers.work_estimate(self.program, values),
+                                       built.vectorized):
+                return quick(*args)
+            try:
+                built.upgrade.wait()
+            except Exception:       # (warned: the quick code stays)
+                pass
+            with self._building:
+                if self.built is built:
+                    self.use(built)
+            return self.cfunc(*args)
+        return gate
+
+    def _defers(self, built, values):
+        """Whether a call at `values` needs a nest that `built` left out."""
+        if not built.deferred:
+            return False
+        self._decide_choices()
+        return bool((self._every_choice - self._not_taken_at(values)) & built.deferred)
+
+    def _decide_choices(self):
+        if self._not_taken_at is None:
+            self._every_choice = frozenset(range(len(self.built.nests.choices)))
+            self._not_taken_at = choices.decider(self.built.nests.skeleton)
 
     def build_choice(self, number, inputs, params):
         """Run a build that has the choice `number` from now on (a call with these
@@ -112,9 +174,7 @@ class Signature:
 
     def _choose(self, number, inputs, params):
         b = self.built
-        if self._not_taken_at is None:
-            self._not_taken_at = choices.decider(b.nests.skeleton)
-            self._every_choice = frozenset(range(len(b.nests.choices)))
+        self._decide_choices()
         deferred = self._not_taken_at(call_values(b.kernel, inputs, params)) - {number}
         self.switches += 1
         if self.switches > MAX_SWITCHES and len(self.builds) > 1:
@@ -124,7 +184,9 @@ class Signature:
             if not want & other.deferred:
                 self.use(other)
                 return
-        self.use(_build(b.nests, b.symbol, b.fast_math, b.bounds_check, deferred))
+        self.use(_build(b.nests, b.symbol, b.fast_math, b.bounds_check, deferred,
+                        work=tiers.work_estimate(self.program, call_values(
+                            b.kernel, inputs, params))))
 
 
 MAX_SWITCHES = 8        # changes of build (Signature.build_choice) before one build of all

@@ -29,6 +29,7 @@ entry is signed: bytes that this user's tex did not write are never mapped as co
 Code is generated for the CPU and features llvmlite reports for this host; nothing is
 hard-coded (a machine without AVX-512 gets AVX2 code).
 """
+import atexit
 import collections
 import hashlib
 import json
@@ -114,16 +115,16 @@ class Machine:
         return self.llvm_target.create_target_machine(cpu=self.cpu, features=self.features,
                                                       opt=opt, codemodel="jitdefault")
 
-    def runtime_object(self, ir_text):
-        """The thread runtime's object code (threads.py): a light pipeline
-        (compile_worker.optimize_light) and LLVM's fast instruction selection and
-        register allocation (codegen level 0), on a target machine of its own (a
-        warm-up thread compiles it while the caller's thread compiles a kernel). Its
-        code waits, spins and hands out work; none of it is a kernel's inner loop. The
-        O1 pipeline and full codegen took 110-130 ms of a cold first call's LLVM time
-        here (Emerald Rapids), this takes about 20, and parallel regions run no
-        slower (repeated 400^2 .. 2048^2 elementwise products and row sums on 2
-        threads, A/B within noise)."""
+    def light_object(self, ir_text):
+        """Object code from a light pipeline (compile_worker.optimize_light) and LLVM's
+        fast instruction selection and register allocation (codegen level 0), on a
+        target machine of its own (a warm-up thread compiles the thread runtime while
+        the caller's thread compiles a kernel). For the thread runtime, whose code
+        waits, spins and hands out work: the O1 pipeline and full codegen took 110-130
+        ms of a cold first call's LLVM time here (Emerald Rapids), this takes about 20,
+        and parallel regions run no slower (repeated 400^2 .. 2048^2 elementwise
+        products and row sums on 2 threads, A/B within noise). And for a kernel's
+        quick code (tiers.py)."""
         from . import compile_worker
         machine = self.new_machine(opt=0)
         return machine.emit_object(compile_worker.optimize_light(_llvm(), machine, ir_text))
@@ -279,8 +280,10 @@ class CompilerProcess:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors)
         self.compiles = 0
         # one request at a time: a split module's half is awaited on another thread,
-        # which may still wait for its reply after a Ctrl-C ended the caller's wait
-        self.lock = threading.Lock()
+        # which may still wait for its reply after a Ctrl-C ended the caller's wait;
+        # close() takes it too, so a process replaced while a thread awaits its reply
+        # (another target's compile, tiers.py's upgrades) ends after that reply
+        self.lock = threading.RLock()
 
     def request(self, kind, ir_text):
         with self.lock:
@@ -316,6 +319,10 @@ class CompilerProcess:
             self.close()
 
     def close(self):
+        with self.lock:
+            self._close()
+
+    def _close(self):
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
@@ -332,6 +339,14 @@ _compiler = []           # the running CompilerProcess, if any
 # the first modules of a process are optimized in it: a short session never waits
 # ~60 ms for the compiler process to start, and leaks at most this many x ~100 KB
 IN_PROCESS_COMPILES = 32
+
+
+@atexit.register
+def _close_compiler():
+    """End the compiler process with this one (after tiers.py's upgrades: atexit runs
+    its handlers last registered first)."""
+    while _compiler:
+        _compiler.pop().close()
 
 
 def _compiler_process(started=False):
@@ -357,13 +372,6 @@ def _compiler_process(started=False):
             os.environ["TEX_COMPILE_IN_PROCESS"] = "1"
             return None
     return _compiler[0]
-
-
-def prestart():
-    """Start the compiler process now, so that it initialises while the caller builds
-    the IR of its first kernel."""
-    with _lock:
-        _compiler_process()
 
 
 def _llvm_lock():
@@ -417,24 +425,30 @@ def compile_object(ir_text):
     return Machine.get().machine.emit_object(optimized_module(ir_text))
 
 
-def compile_module(ir_text):
+def compile_module(ir_text, near=None):
     """The object bytes of a module: one object, or two compiled at once for a large
-    module (split.split_module): one half here, the other in the compiler process
-    (whose reply a thread awaits: llvmlite's calls let other threads run). A half that
-    fails (LLVM refuses it, or the compiler process dies on it or cannot run at all)
-    gets the module compiled whole by `compile_object`, where it would have been
-    without the split: a failed split is never worse than none. The half compiled here
-    is outside the compiler process's bound on llvmlite's leak (~100 KB a large
-    kernel)."""
+    module (split.split_module): one half here (or by the CompilerProcess `near`: an
+    upgrade's, tiers.py), the other in the compiler process (whose reply a thread
+    awaits: llvmlite's calls let other threads run). A half that fails (LLVM refuses
+    it, or the compiler process dies on it or cannot run at all) gets the module
+    compiled whole, where it would have been without the split: a failed split is
+    never worse than none. The half compiled here is outside the compiler process's
+    bound on llvmlite's leak (~100 KB a large kernel)."""
     from .split import split_module
+
+    def here(text):
+        if near is not None:
+            return near.request(b"o", text)
+        return Machine.get().machine.emit_object(optimized_module(text))
+    whole = compile_object if near is None else here
     texts = split_module(ir_text) if os.environ.get("TEX_COMPILE_IN_PROCESS") != "1" \
         else [ir_text]
     if len(texts) == 1:
-        return [compile_object(ir_text)]
+        return [whole(ir_text)]
     with _lock:
         worker = _compiler_process(started=True)
     if worker is None:
-        return [compile_object(ir_text)]
+        return [whole(ir_text)]
     STATS["compiled"] += 1
     result = {}
 
@@ -446,14 +460,14 @@ def compile_module(ir_text):
     helper = threading.Thread(target=far, name="tex-compile", daemon=True)
     helper.start()
     try:
-        near = Machine.get().machine.emit_object(optimized_module(texts[0]))
-    except RuntimeError:                   # LLVM refused this half
-        near = None
+        mine = here(texts[0])
+    except RuntimeError:                   # LLVM refused this half (CompileError too)
+        mine = None
     finally:
         helper.join()
-    if near is None or "err" in result:
-        return [compile_object(ir_text)]       # as if it had never been split
-    return [near, result["obj"]]
+    if mine is None or "err" in result:
+        return [whole(ir_text)]            # as if it had never been split
+    return [mine, result["obj"]]
 
 
 def assembly(ir_text):
@@ -483,7 +497,7 @@ def prebuild(text, kind):
             return
         slot = _prebuilt[key] = [threading.Event(), None]
     try:
-        slot[1] = machine.runtime_object(text)
+        slot[1] = machine.light_object(text)
     finally:
         slot[0].set()
 
@@ -536,7 +550,7 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False, before_link=
             if kind == "kernel":
                 obj = pack_objects(compile_module(ir_text))
             else:     # the runtime: one small module, compiled once per machine, here
-                obj = _take_prebuilt(key) or Machine.get().runtime_object(ir_text)
+                obj = _take_prebuilt(key) or Machine.get().light_object(ir_text)
             write_cached(key, obj, kind)
         elif kind == "kernel" and pending is None:
             STATS["disk_hits"] += 1
@@ -561,7 +575,14 @@ def load_key(key, symbol, make_ir=None, kind="kernel", large=False, before_link=
             raise RuntimeError(f"tex: symbol {symbol} missing from its compiled object") \
                 from None
         if kind == "kernel":
-            _memory[key] = (image, address)
-            while len(_memory) > kernel_cache_size():
-                _memory.popitem(last=False)      # unmapped when no compiled function uses it
+            remember(key, (image, address))
         return address, image
+
+
+def remember(key, entry):
+    """Keep a kernel's (image, address) in the memory cache (under _lock), dropping the
+    least recently used beyond kernel_cache_size(): unmapped when no compiled function
+    uses it."""
+    _memory[key] = entry
+    while len(_memory) > kernel_cache_size():
+        _memory.popitem(last=False)

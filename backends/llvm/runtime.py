@@ -31,7 +31,7 @@ from ...gcpause import paused
 from ...scheduler.nests import Nests
 from ...scheduler.target import overriding
 from ...scheduler.printer import format_nest
-from . import codegen, jit, threads
+from . import codegen, jit, threads, tiers
 from .builds import Signature, _build
 from .parallel import MIDDLING_MIN_BYTES
 from .choices import not_taken, pyexpr
@@ -161,7 +161,10 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
         deferred = frozenset(range(len(nests.choices)))
     else:
         deferred = not_taken(nests.skeleton, sizes)
-    built = _build(nests, symbol, fast_math, bounds_check, deferred)
+    calls = [sizes] if isinstance(sizes, dict) else sizes if isinstance(sizes, list) else []
+    works = [tiers.work_estimate(program, call) for call in calls]
+    work = max(works) if works and None not in works else None
+    built = _build(nests, symbol, fast_math, bounds_check, deferred, work)
     compiled = CompiledFunction(program, nests, built, layouts)
     compiled.casting = compiled._sig.casting = casting
     return compiled
@@ -305,7 +308,16 @@ class CompiledFunction:
         return compiled_html(self)
 
     def __reduce__(self):
-        """Pickles as its program, schedule history and flags; rebuilt where unpickled."""
+        """Pickles as its program, schedule history and flags; rebuilt where unpickled.
+        A function still running quick code (tiers.py) first has its optimized code
+        compiled and cached: the processes that unpickle it (dask's workers) load that
+        from a shared disk cache instead of each compiling it."""
+        upgrade = self._sig.built.upgrade
+        if upgrade is not None:
+            try:
+                upgrade.wait()
+            except Exception:       # (warned; the unpickled function compiles its own)
+                pass
         token = getattr(self, "_token", None)
         if token is None:
             token = self._token = secrets.token_hex(8)

@@ -67,6 +67,17 @@ def test_a_small_first_call_runs_quick_code_and_the_next_calls_optimized_code(he
     np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_call_after_the_upgrade_runs_the_optimized_code(tiered):
+    f = tex.compile(scaled(_unique()))
+    x = RNG.standard_normal((5, 9), np.float32)
+    f(x)
+    quick = f._sig.built
+    quick.upgrade.wait()                 # (done by the upgrade thread, or here)
+    assert f._sig.built is quick         # switched at the next call, not before
+    np.testing.assert_array_equal(f(x), x * np.float32(3) + np.float32(1))
+    assert f._sig.built.upgrade is None and f._sig.built.address != quick.address
+
+
 def test_a_first_call_too_large_for_quick_code_runs_optimized_code(held):
     """An elementwise kernel's sizes are not known when tex.compile compiles it, nor a
     matmul's specializations: quick code first, and a first call too large for it runs
@@ -193,7 +204,7 @@ def test_a_fork_while_an_upgrade_is_under_way_leaves_the_child_working(tmp_path)
     """The child has neither the parent's upgrade thread nor its compiler process: an
     upgrade they had begun is the child's to compile when a call needs it."""
     script = """
-        import os, numpy as np, tex
+        import os, threading, time, numpy as np, tex
         from tex.backends.llvm import tiers
         tiers._submit = lambda upgrade: None
         M = tex.sizes("M"); i = tex.indices("i")
@@ -202,7 +213,14 @@ def test_a_fork_while_an_upgrade_is_under_way_leaves_the_child_working(tmp_path)
         x = np.arange(100, dtype=np.float32)
         assert (f(x) == 2 * x).all()
         upgrade = f._sig.built.upgrade
-        upgrade.state = "running"           # as if the parent's thread had begun it
+        claimed = threading.Event()
+        def runner():                       # a thread of the parent that took the compile
+            assert upgrade._claim()
+            claimed.set()
+            time.sleep(60)
+        threading.Thread(target=runner, daemon=True).start()
+        claimed.wait()
+        tiers._quick.clear()                # (and the entry evicted from the quick cache)
         pid = os.fork()
         if pid == 0:
             ok = all((f(x) == 2 * x).all() for _ in range(tiers.QUICK_CALLS + 2))
@@ -213,6 +231,43 @@ def test_a_fork_while_an_upgrade_is_under_way_leaves_the_child_working(tmp_path)
     r = _run(script, {"TEX_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert "child 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_failed_upgrade_with_warnings_as_errors_leaves_no_call_waiting(tmp_path):
+    script = """
+        import warnings, numpy as np, tex
+        from tex.backends.llvm import jit, tiers
+        warnings.simplefilter("error")
+        def refuse(*args, **kwargs):
+            raise jit.CompileError("refused (injected)")
+        jit.compile_module = refuse
+        M = tex.sizes("M"); i = tex.indices("i")
+        X = tex.tensor("X", (M,), "float32")
+        f = tex.compile(tex.compute("Y", (i,), X[i] * 2.0))
+        x = np.arange(100, dtype=np.float32)
+        for _ in range(3 * tiers.QUICK_CALLS):
+            assert (f(x) == 2 * x).all()
+        print("done", f._sig.built.upgrade is None)
+    """
+    r = _run(script, {"TEX_CACHE_DIR": str(tmp_path)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "done True" in r.stdout
+
+
+def test_math_functions_count_in_the_cost_of_quick_code(held):
+    """gelu over 1000 x 1240 elements ran 37-50 ms in quick code (1.5 ms optimized): a
+    first call that large runs the optimized code."""
+    M, N = tex.sizes("M N")
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), "float32")
+    f = tex.compile(tex.compute(_unique(), (i, j), tex.gelu(X[i, j], approximate="tanh")))
+    assert f._sig.built.upgrade is not None
+    x = RNG.standard_normal((1000, 1240), np.float32)
+    f(x)
+    assert f._sig.built.upgrade is None
+    program = f.program
+    plain = tiers.quick_cost(program, {M: 1000, N: 1240}, False)
+    assert plain > tiers.QUICK_RUN_NS > tiers.quick_cost(program, {M: 100, N: 124}, False)
 
 
 def test_a_new_process_loads_the_optimized_code_the_last_one_cached(tmp_path):

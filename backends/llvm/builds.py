@@ -30,12 +30,12 @@ Built = collections.namedtuple(
              "nests upgrade vectorized")
 
 
-def _build(nests, symbol, fast_math, bounds_check, deferred, work=None):
+def _build(nests, symbol, fast_math, bounds_check, deferred, call=None):
     """A build of the kernel without the choices in `deferred`, for the target it was
     compiled for (a nest a later call needs is built for it, whatever target() is then).
-    Quick code first (tiers.py) unless the first call's `work` (iterations, estimated
-    from its sizes: tiers.work_estimate; None: not known yet, the call path's gate
-    decides) is too large for it."""
+    Quick code first (tiers.py) unless the first calls, `call` = (program, [{Size:
+    value}] or one dict; None: not known yet, the call path's gate decides), are too
+    large for it."""
     kernel = nests.kernel(deferred)
     vectorized = any(isinstance(n, Loop) and n.kind is LoopKind.VECTOR for n in walk(kernel))
     ir_text = []            # generated only on a cache miss, or when f.llvm_ir is read
@@ -51,8 +51,9 @@ def _build(nests, symbol, fast_math, bounds_check, deferred, work=None):
                 f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
         key = jit.cache_key(text)
         # linked against the thread runtime: its pool and interrupt flag
-        if tiers.enabled() and not bounds_check and \
-                (work is None or tiers.small_enough(work, vectorized)):
+        if tiers.enabled() and not bounds_check and (call is None or all(
+                tiers.small_enough(tiers.quick_cost(call[0], values, vectorized))
+                for values in ([call[1]] if isinstance(call[1], dict) else call[1]))):
             address, image, upgrade = tiers.load(key, symbol, make_ir,
                                                  large=len(text) > split.LARGE_NEST_BYTES,
                                                  before_link=threads.runtime)
@@ -131,15 +132,16 @@ class Signature:
         allowed = iter(range(tiers.QUICK_CALLS))   # (next(): atomic, whatever the threads)
 
         def gate(*args):
-            values = call_values(built.kernel, args[:n_in], args[n_arrays:])
-            if self._defers(built, values) or next(allowed, None) is not None and \
-                    tiers.small_enough(tiers.work_estimate(self.program, values),
-                                       built.vectorized):
-                return quick(*args)
-            try:
-                built.upgrade.wait()
-            except Exception:       # (warned: the quick code stays)
-                pass
+            if not built.upgrade.done.is_set():
+                values = call_values(built.kernel, args[:n_in], args[n_arrays:])
+                if self._defers(built, values) or next(allowed, None) is not None and \
+                        tiers.small_enough(tiers.quick_cost(self.program, values,
+                                                            built.vectorized)):
+                    return quick(*args)
+                try:
+                    built.upgrade.wait()
+                except Exception:       # (warned: the quick code stays)
+                    pass
             with self._building:
                 if self.built is built:
                     self.use(built)
@@ -185,8 +187,7 @@ class Signature:
                 self.use(other)
                 return
         self.use(_build(b.nests, b.symbol, b.fast_math, b.bounds_check, deferred,
-                        work=tiers.work_estimate(self.program, call_values(
-                            b.kernel, inputs, params))))
+                        call=(self.program, call_values(b.kernel, inputs, params))))
 
 
 MAX_SWITCHES = 8        # changes of build (Signature.build_choice) before one build of all

@@ -294,7 +294,7 @@ class CompilerProcess:
         try:
             self.worker.write_frame(self.proc.stdin, kind + ir_text.encode())
             reply = self.worker.read_frame(self.proc.stdout)
-        except OSError:
+        except (OSError, ValueError):   # (ValueError: closed by a Ctrl-C's kill meanwhile)
             reply = None
         except BaseException:
             # a Ctrl-C between the request and its reply leaves the reply in the pipe,
@@ -302,6 +302,8 @@ class CompilerProcess:
             # cached under the wrong key): this process serves no more requests
             self.kill()
             raise
+        if reply is None and self.errors.closed:     # (ended by a Ctrl-C's kill)
+            raise CompileError("the LLVM compiler process was ended during a compile")
         if reply is None:
             self.proc.wait()
             self.errors.seek(0)          # (before close() closes it)
@@ -321,6 +323,17 @@ class CompilerProcess:
     def close(self):
         with self.lock:
             self._close()
+
+    def close_at_exit(self):
+        """close(), or the process killed when a thread still awaits a reply (an
+        exiting process waits for no compile)."""
+        if self.lock.acquire(blocking=False):
+            try:
+                self._close()
+            finally:
+                self.lock.release()
+        else:
+            self.proc.kill()
 
     def _close(self):
         for stream in (self.proc.stdin, self.proc.stdout):
@@ -346,7 +359,7 @@ def _close_compiler():
     """End the compiler process with this one (after tiers.py's upgrades: atexit runs
     its handlers last registered first)."""
     while _compiler:
-        _compiler.pop().close()
+        _compiler.pop().close_at_exit()
 
 
 def _compiler_process(started=False):

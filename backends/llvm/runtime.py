@@ -31,7 +31,7 @@ from ...gcpause import paused
 from ...scheduler.nests import Nests
 from ...scheduler.target import overriding
 from ...scheduler.printer import format_nest
-from . import codegen, jit, threads, tiers
+from . import codegen, jit, threads
 from .builds import Signature, _build
 from .parallel import MIDDLING_MIN_BYTES
 from .choices import not_taken, pyexpr
@@ -161,10 +161,9 @@ def compile_kernel(program, kernel, fast_math=True, name=None, bounds_check=Fals
         deferred = frozenset(range(len(nests.choices)))
     else:
         deferred = not_taken(nests.skeleton, sizes)
-    calls = [sizes] if isinstance(sizes, dict) else sizes if isinstance(sizes, list) else []
-    works = [tiers.work_estimate(program, call) for call in calls]
-    work = max(works) if works and None not in works else None
-    built = _build(nests, symbol, fast_math, bounds_check, deferred, work)
+    known = isinstance(sizes, dict) or isinstance(sizes, list) and sizes
+    built = _build(nests, symbol, fast_math, bounds_check, deferred,
+                   (program, sizes) if known else None)
     compiled = CompiledFunction(program, nests, built, layouts)
     compiled.casting = compiled._sig.casting = casting
     return compiled

@@ -6,7 +6,7 @@ LLVM's optimization and code generation are most of a new kernel's first call (a
 fast instruction selection and register allocation: `Machine.light_object`) takes a
 quarter of that time, and its code runs 2-20x slower: nothing for a first call of a
 256^2 matmul (1 ms instead of 0.2), too much for a 2048^2 one. So a kernel whose first
-call is small (`small_enough`: its work, estimated from the sizes, would run in a few
+call is small (`quick_cost`: its work, estimated from the sizes, would run in a few
 milliseconds even so) is compiled lightly first; its optimized compile is queued at
 once (`Upgrade`) and runs on a thread in a compiler process of its own, so it neither
 holds llvmlite's lock (which serializes every LLVM call of this process) nor delays
@@ -27,18 +27,25 @@ import re
 import threading
 import time
 import warnings
+import weakref
 
 from . import elf, jit
 from .diskcache import STATS, pack_objects, unpack_objects, write_cached
 from ... import forksafe
+from ...expr import Op, walk
 from ...scheduler.target import overriding, target as current_target
 
-# a first call runs quick code when its estimated work takes at most this long there:
-# iterations of a kernel whose loops tex vectorized cost ~0.1-0.5 ns in quick code
-# (256^2 .. 1024^2 matmuls, column sums, batched products; Emerald Rapids), those of
-# scalar loops that LLVM's vectorizer would have served ~5-8 ns (row sums, elementwise)
+# a first call runs quick code when its estimated time there is at most QUICK_RUN_NS:
+# an iteration of a kernel whose loops tex vectorized costs ~0.1-0.5 ns in quick code
+# (256^2 .. 1024^2 matmuls, column sums, batched products; Emerald Rapids), one of the
+# scalar loops that LLVM's vectorizer would have served ~5-8 ns (row sums, elementwise),
+# and each exp, log, tanh, erf, sin, cos or power of it ~20-40 ns more (gelu over 1000 x
+# 1240: 37-50 ms in quick code, 1.5 ms optimized)
 QUICK_RUN_NS = 10e6
 NS_PER_ITERATION = {True: 0.5, False: 8.0}
+NS_PER_MATH_CALL = 40.0
+MATH_CALLS = frozenset({"exp", "log", "tanh", "erf", "expm1", "log1p", "sin", "cos",
+                        "power"})
 MAX_QUEUED = 32         # upgrades waiting for the thread; older ones run when called
 # calls of a kernel that may run its quick code before one waits for the optimized code:
 # an einsum's contraction path may call one kernel for several steps (a first
@@ -71,21 +78,25 @@ def same_values(ir_text):
     return _FAST_FLAGS.search(ir_text) is None
 
 
-def small_enough(work, vectorized):
-    """Whether `work` iterations (None: not known) run quickly enough in quick code."""
-    return work is not None and work * NS_PER_ITERATION[bool(vectorized)] <= QUICK_RUN_NS
+def small_enough(cost):
+    """Whether a call whose quick code takes about `cost` ns (None: not known) is
+    small enough for it."""
+    return cost is not None and cost <= QUICK_RUN_NS
 
 
-def work_estimate(program, values):
-    """The iterations of `program`'s definitions at these sizes ({Size: value}): the
-    product of each definition's index extents, summed. None when a size is missing."""
-    total = 0
+def quick_cost(program, values, vectorized):
+    """About how long (ns) quick code takes for `program` at these sizes ({Size:
+    value}): each definition's iterations (the product of its index extents) at
+    NS_PER_ITERATION, and NS_PER_MATH_CALL for each math function it calls. None when
+    a size is missing."""
+    total = 0.0
     try:
         for d in program.definitions:
             n = 1
             for extent in d.extents.values():
                 n *= int(extent.xreplace(values))
-            total += n
+            calls = sum(isinstance(e, Op) and e.name in MATH_CALLS for e in walk(d.expr))
+            total += n * (NS_PER_ITERATION[bool(vectorized)] + NS_PER_MATH_CALL * calls)
     except (TypeError, ValueError, AttributeError):
         return None
     return total
@@ -106,54 +117,84 @@ class Upgrade:
         self.result = None      # (address, image) of the optimized code
         self.error = None       # why it could not be compiled (the quick code stays)
         self.state = "queued"   # -> "running" -> "done"
+        self.runner = None      # (process id, thread) compiling it
+        _every.add(self)
 
     def _claim(self):
+        """Take the compile: queued, or left by a runner that is gone (a thread that
+        died, the parent's thread after a fork, this thread after a Ctrl-C)."""
         with _state:
-            if self.state != "queued":
+            if self.state == "done" or self.state == "running" and self._runner_busy():
                 return False
             self.state = "running"
+            self.runner = (os.getpid(), threading.current_thread())
             return True
+
+    def _runner_busy(self):
+        pid, thread = self.runner
+        return pid == os.getpid() and thread.is_alive() and \
+            thread is not threading.current_thread()
 
     def wait(self):
         """(address, image) of the optimized code, compiled on this thread when no
-        other has begun; raises what the compile raised."""
-        if self._claim():
-            self._run()
-        self.done.wait()
+        other compiles it; raises what the compile raised."""
+        while not self.done.is_set():
+            if self._claim():
+                self._run()
+            else:
+                self.done.wait(timeout=0.25)    # (its runner may yet be gone)
         if self.error is not None:
             raise self.error
         return self.result
 
     def _run(self):
         try:
-            with overriding(self.target):
-                # a large module's halves at once: one in the upgrades' compiler
-                # process, one in the caller's (jit.compile_module)
-                obj = pack_objects(jit.compile_module(self.ir_text,
-                                                      near=_compiler(self.machine)))
-            with jit._lock:
-                write_cached(self.key, obj, "kernel")
-                hit = jit._memory.get(self.key)
-                if hit is None:
-                    image = elf.Image(unpack_objects(obj))
-                    hit = (image, image.address(self.symbol))
-                    jit.remember(self.key, hit)
-                _quick.pop(self.key, None)
-            STATS["upgraded"] += 1
-            self.result = (hit[1], hit[0])
+            result, error = self._compile(), None
         except Exception as err:      # LLVM refused the module, its process died
-            self.error = err
-            warnings.warn(f"tex: the optimized compile of {self.symbol} failed, so it "
-                          f"keeps running its quickly compiled code: {err}",
-                          RuntimeWarning, stacklevel=2)
+            result, error = None, err
+            with jit._lock:           # (a function made later tries again)
+                if _quick.get(self.key, (None, None, None))[2] is self:
+                    del _quick[self.key]
         except BaseException:         # Ctrl-C while a caller compiled it: later, again
             with _state:
                 self.state = "queued"
             raise
         with _state:
-            self.state = "done"
-            self.ir_text = None
+            self.result, self.error, self.state, self.ir_text = result, error, "done", None
         self.done.set()
+        if error is not None:
+            try:
+                warnings.warn(f"tex: the optimized compile of {self.symbol} failed, so "
+                              f"it keeps running its quickly compiled code: {error}",
+                              RuntimeWarning, stacklevel=3)
+            except Exception:       # warnings as errors: the quick code stays all the same
+                pass
+
+    def _compile(self):
+        """The optimized object, in the disk cache and linked: (address, image); what
+        memory or the disk has, when a call too large for quick code compiled it."""
+        hit = jit.load_key(self.key, self.symbol, None)
+        if hit is not None:
+            with jit._lock:
+                _quick.pop(self.key, None)
+            return hit
+        with overriding(self.target):
+            # a large module's halves at once: one in the upgrades' compiler process,
+            # one in the caller's (jit.compile_module)
+            obj = pack_objects(jit.compile_module(self.ir_text, near=_compiler(self.machine)))
+        with jit._lock:
+            write_cached(self.key, obj, "kernel")
+            hit = jit._memory.get(self.key)
+            if hit is None:
+                image = elf.Image(unpack_objects(obj))
+                hit = (image, image.address(self.symbol))
+                jit.remember(self.key, hit)
+            _quick.pop(self.key, None)
+            STATS["upgraded"] += 1
+        return hit[1], hit[0]
+
+
+_every = weakref.WeakSet()      # every Upgrade of this process (fork: _after_fork_in_child)
 
 
 def load(key, symbol, make_ir, large=False, before_link=None):
@@ -183,6 +224,9 @@ def load(key, symbol, make_ir, large=False, before_link=None):
         before_link()
     with jit._lock:
         entry = _quick.get(key)
+        hit = jit._memory.get(key)      # (an upgrade done meanwhile)
+        if hit is not None:
+            return hit[1], hit[0], None
         if entry is None:
             image = elf.Image([obj])
             entry = _quick[key] = (image.address(symbol), image,
@@ -273,9 +317,8 @@ def _finish_at_exit():
         pending[0].done.wait(timeout=max(0.0, deadline - time.monotonic()))
     with _wake:
         _exiting.append(True)
-    if not _running:
-        for compiler in _compilers.values():
-            compiler.close()
+    for compiler in _compilers.values():
+        compiler.close_at_exit()
 
 
 def _after_fork_in_child():
@@ -285,9 +328,10 @@ def _after_fork_in_child():
     _queue.clear()
     _running.clear()
     _compilers.clear()
-    for _, _, upgrade in _quick.values():
+    for upgrade in list(_every):
         if upgrade.state == "running":
             upgrade.state = "queued"
+        upgrade.done._cond._at_fork_reinit()    # (a thread of the parent may have held it)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

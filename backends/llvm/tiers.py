@@ -15,10 +15,17 @@ it is linked; before that, its first QUICK_CALLS small calls run the quick code 
 any other waits for it (and compiles it itself when no thread has started it), so a
 loop of calls, a benchmark after its warm-up, runs optimized code after a few calls.
 
+By default only kernels whose quick code computes exactly the optimized code's values
+are tiered (`same_values`: no fast-math flags in the IR; elementwise and integer
+kernels, fast_math=False): a fast-math sum's optimized code sums in another order
+(LLVM's vectorizer reassociates, products fuse into FMAs), so its first calls would
+differ in the last bits from the next ones, and a long float32 sum would be less
+accurate. `TEX_TIERED=1` tiers those too; `TEX_TIERED=0` compiles every kernel
+optimized at once, as before this module.
+
 Only optimized code reaches the disk cache, under the kernel's usual key: a new
 process never loads quick code. An exiting process finishes its upgrades (and caches
-them) for up to EXIT_WAIT seconds and drops the rest. `TEX_TIERED=0` compiles every kernel
-optimized at once, as before this module.
+them) for up to EXIT_WAIT seconds and drops the rest.
 """
 import atexit
 import collections

@@ -168,9 +168,10 @@ def test_threads_calling_a_new_kernel_while_it_is_upgraded(tiered):
 def test_by_default_only_kernels_whose_quick_code_computes_the_same_values(monkeypatch):
     """Without TEX_TIERED, a kernel runs quick code only where the light compile and
     the optimized one compute the same values (no fast-math flags): an elementwise
-    kernel, integer code, a float sum without fast_math; not a fast-math float sum,
-    whose optimized code sums in other orders. Quick and optimized code agree bit for
-    bit there."""
+    kernel, integer code, a float sum without fast_math, a matmul's register tiles
+    (explicit FMAs); not a fast-math float row sum, whose optimized code sums in other
+    orders. Quick and optimized code agree bit for bit there."""
+    from tex.scheduler.target import target
     monkeypatch.delenv("TEX_TIERED", raising=False)
     monkeypatch.setattr(tiers, "_submit", lambda upgrade: None)
     M, N = tex.sizes("M N")
@@ -184,12 +185,18 @@ def test_by_default_only_kernels_whose_quick_code_computes_the_same_values(monke
                      fast_math=False), X, True),
         (tex.compile(tex.compute(_unique(), (i,), tex.sum(X[i, j] * 0.1, over=j))), X, False),
     ]
+    args = {X: lambda: [(RNG.standard_normal((33, 1000)) * 100).astype(np.float32)],
+            Xi: lambda: [RNG.integers(-1000, 1000, (33, 1000), dtype=np.int32)],
+            None: lambda: [RNG.standard_normal(s).astype(np.float32)
+                           for s in ((65, 130), (130, 70))]}
+    if target().has("fma"):
+        cases.append((tex.compile(matmul(_unique())), None, True))
     for f, tensor, tiered in cases:
-        x = (RNG.standard_normal((33, 1000)) * 100).astype(tensor.dtype)
-        first = f(x)
+        x = args[tensor]()
+        first = f(*x)
         assert (f._sig.built.upgrade is not None) == tiered, f
         for _ in range(tiers.QUICK_CALLS):
-            later = f(x)
+            later = f(*x)
         assert f._sig.built.upgrade is None
         np.testing.assert_array_equal(first, later)
 

@@ -87,6 +87,7 @@ class Signature:
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)
         self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
         self.builds = []         # every build of the kernel so far (build_choice)
+        self.quick_images = []   # the images of builds upgraded since (tiers.py)
         self._building = forksafe.lock()   # one build_choice at a time
         self.switches = 0        # build_choice's changes of build
         self._not_taken_at = None    # choices.decider of the kernel, once needed
@@ -102,10 +103,11 @@ class Signature:
         """Run `built`'s code from now on: its optimized code once its upgrade is done,
         else its quick code through `_gate`."""
         if built.upgrade is not None and built.upgrade.done.is_set():
-            # (the quick build stays in self.builds: a call may still run its code)
-            up = built.upgrade
+            quick, up = built, built.upgrade
             built = built._replace(upgrade=None) if up.error is not None else \
                 built._replace(address=up.result[0], image=up.result[1], upgrade=None)
+            self.builds = [built if b is quick else b for b in self.builds]
+            self.quick_images.append(quick.image)   # a call may still run its code
         if all(b is not built for b in self.builds):
             self.builds.append(built)   # its image: the code lives as long as this
         self.built = built

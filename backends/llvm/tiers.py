@@ -17,10 +17,10 @@ loop of calls, a benchmark after its warm-up, runs optimized code after a few ca
 
 By default only kernels whose quick code computes exactly the optimized code's values
 are tiered (`same_values`: no fast-math flags in the IR; elementwise and integer
-kernels, fast_math=False): a fast-math sum's optimized code sums in another order
-(LLVM's vectorizer reassociates, products fuse into FMAs), so its first calls would
-differ in the last bits from the next ones, and a long float32 sum would be less
-accurate. `TEX_TIERED=1` tiers those too; `TEX_TIERED=0` compiles every kernel
+kernels, fast_math=False, register-tiled contractions, whose updates are explicit FMAs:
+vector.py's `_fuses`): a fast-math row sum's optimized code sums in another order
+(LLVM's vectorizer reassociates it), so its first calls would differ in the last bits
+from the next ones, and a long float32 sum would be less accurate. `TEX_TIERED=1` tiers those too; `TEX_TIERED=0` compiles every kernel
 optimized at once, as before this module.
 
 Only optimized code reaches the disk cache, under the kernel's usual key: a new
@@ -81,7 +81,8 @@ _FAST_FLAGS = re.compile(r" (?:fast|reassoc|contract|nsz|arcp|afn|nnan|ninf) ")
 
 def same_values(ir_text):
     """Whether the quick code of this module computes exactly what its optimized code
-    does: no fast-math flags (elementwise kernels, integer code, fast_math=False)."""
+    does: no fast-math flags (elementwise kernels, integer code, fast_math=False,
+    register tiles)."""
     return _FAST_FLAGS.search(ir_text) is None
 
 

@@ -444,6 +444,11 @@ class VectorLoop(AccumulatorMixin):
                 ir.Constant(I32, n if n < k else k) for n in range(self.w)]))
             self._write(s.buffer, s.index, b.add(acc, pad), None)
             return
+        if s.arg is None and self._fuses(s, dt):
+            a, m = (self.value(v, mask) for v in s.value.args)
+            fma = self.ops().intrinsic("fma", dt, 3)
+            self._write(s.buffer, s.index, b.call(fma, [a, m, acc]), mask)
+            return
         x = self.reduced_value(s, mask)
         if s.arg is None:
             self._write(s.buffer, s.index,
@@ -460,6 +465,20 @@ class VectorLoop(AccumulatorMixin):
         best = COMBINE[s.combiner[3:]](self.ops(), dt, acc, x, s.fast_math)
         self._write(s.buffer, s.index, best, mask)
         self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
+
+    def _fuses(self, s, dt):
+        """Whether the fast-math sum `s` of products (a register tile's update) is
+        written as llvm.fma, with no fast-math flags: the code LLVM made of a product
+        with `contract` and a sum with `reassoc contract` (vfmadd), and the same values
+        from a light compile (tiers.same_values), which makes no FMA of flagged
+        operations."""
+        from ...scheduler.target import target
+        v = s.value
+        return (s.combiner == "sum" and s.fast_math and self.cg.pairing is None
+                and np.dtype(dt).kind == "f" and np.dtype(dt).itemsize >= 4
+                and isinstance(v, Op) and v.name == "multiply" and len(v.args) == 2
+                and all(a.dtype == dt for a in v.args) and v.dtype == dt
+                and target().has("fma"))
 
     # ------------------------------------------------------------ values
     def reduced_value(self, update, mask):

@@ -55,9 +55,10 @@ MATH_CALLS = frozenset({"exp", "log", "tanh", "erf", "expm1", "log1p", "sin", "c
                         "power"})
 MAX_QUEUED = 32         # upgrades waiting for the thread; older ones run when called
 # calls of a kernel that may run its quick code before one waits for the optimized code:
-# an einsum's contraction path may call one kernel for several steps (a first
-# `ij,jk,kl->il` that waited at its second step took 590-645 ms instead of 460-490)
-QUICK_CALLS = 4
+# an einsum's contraction path may call one kernel for two steps (a first `ij,jk,kl->il`
+# that waited at its second step took 590-645 ms instead of 460-490); more would leave
+# quick code in a benchmark's timed calls after its one warm-up call
+QUICK_CALLS = 2
 EXIT_WAIT = 2.0         # seconds an exiting process gives its upgrades (_finish_at_exit)
 
 

@@ -1040,6 +1040,21 @@ def test_minimum_maximum_and_abs_of_sizes_give_extents_and_stay_elementwise_valu
         f(X=np.ones((5, 3), np.float32), D=np.ones(4, np.float32))
 
 
+def test_an_index_extent_may_be_a_minimum_of_sizes():
+    """`tex.indices("d", extent=tex.minimum(M, N))` fixes d's range to min(M, N) (it
+    was refused: only tensor shapes took tex.minimum)."""
+    M, N = tex.sizes("M N")
+    d = tex.indices("d", extent=tex.minimum(M, N))
+    assert repr(d.extent) == "min(M, N)"
+    X = tex.tensor("X", (M, N), "float32")
+    f = tex.compile(tex.compute("Dg", (d,), X[d, d] * 2.0))
+    for m, n in [(3, 4), (4, 3), (1, 7)]:
+        x = np.arange(m * n, dtype=np.float32).reshape(m, n)
+        np.testing.assert_array_equal(f(x), np.diagonal(x) * 2)
+    with pytest.raises(TypeError, match="index e, extent"):
+        tex.indices("e", extent=tex.minimum(M, 2.5))
+
+
 @pytest.mark.parametrize("case", ["sign", "less", "equal", "at_least", "float_sign"])
 def test_comparisons_of_negative_int64_constants_fold_as_signed(case):
     """The IR builder folds comparisons of constants, and tex keeps a negative int64

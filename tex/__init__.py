@@ -27,11 +27,11 @@ __version__ = "0.1.0"
 # public name -> the module (relative to tex) that defines it, imported on first use
 _LAZY = {}
 for _module, _names in {
-    ".expr": "Index Param abs argmax argmin cast erf exp gelu indices log max maximum min "
+    ".expr": "Index Param abs argmax argmin cast erf exp gelu log max maximum min "
              "minimum param prod relu sigmoid sizes sqrt sum tanh where",
     ".library": "ceil clip cos expm1 floor isfinite isnan log1p logsumexp mean round rsqrt "
                 "sign silu sin softmax softplus std var",
-    ".tensor": "Definition Tensor compute tensor",
+    ".tensor": "Definition Tensor compute indices tensor",
     ".program": "Program",
     ".scheduler.schedule": "Schedule schedule",
     ".backends.llvm.runtime": "compile",

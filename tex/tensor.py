@@ -27,7 +27,7 @@ from .expr import (Access, Const, Index, IndexValue, Op, Reduce, affine_terms, a
                    check_rank, expr_indices, format_expr, free_indices, index_symbols, rebuild,
                    some_indices, walk, with_children, without_indices)
 from .html import box, code, escape, pre, table
-from .indices import argument_name, format_size
+from .indices import argument_name, format_size, indices as _indices
 
 
 class Tensor:
@@ -295,6 +295,12 @@ def _size_of(d):
     elif isinstance(d, Const) and isinstance(d.value, int) and not isinstance(d.value, bool):
         return sym.Integer(d.value)
     return d
+
+
+def indices(names, extent=None):
+    """`i, j = tex.indices("i j")`; `extent=` fixes the range instead of inferring it: a
+    size expression, or tex.minimum / tex.maximum / tex.abs of sizes (`min(M, N)`)."""
+    return _indices(names, _size_of(extent) if extent is not None else None)
 
 
 def _as_extent(d, where):

@@ -5,7 +5,9 @@ object bytes -> an image of its own (elf.py, tex's loader) -> function address. 
 covers everything that changes the machine code: the kernel's loop nest (its
 structure_key text, from which code generation is deterministic, so a cached kernel
 never generates IR), the entry symbol and fast-math flag, the code generator's own
-source, the llvmlite and LLVM versions, and the target CPU name and features.
+source, the llvmlite and LLVM versions, and the target CPU name and features. (A kernel
+whose first call is small may first run code from a light compile, kept in memory only,
+while this path compiles its optimized code: tiers.py.)
 
 llvmlite is imported only to compile (and, once per machine, to ask LLVM what the host
 CPU is: `host_facts` keeps its answer in the disk cache), so a process whose kernels are

@@ -112,13 +112,16 @@ def _first_call_workloads():
         cold = partial(_cold, spec, shapes)
         cold.__name__ = f"compile_cold_{kind}_f32"
         cold.__doc__ = (f"First tex.einsum({spec!r}) call on float32 {dims} in a new process "
-                        "with an empty kernel cache: scheduling, IR, LLVM O3, codegen "
-                        "(and the DSL and llvmlite imports it needs). `import_ms` is "
-                        "`import tex` alone.")
+                        "with an empty kernel cache: scheduling, IR, LLVM (a light "
+                        "compile where its quick code computes the optimized code's "
+                        "values: backends/llvm/tiers.py), the call itself (and the DSL "
+                        "and llvmlite imports it needs). `import_ms` is `import tex` "
+                        "alone.")
         warm = partial(_warm, spec, shapes)
         warm.__name__ = f"compile_warm_disk_{kind}_f32"
         warm.__doc__ = (f"The same first call of {spec!r} in a new process whose kernel "
-                        "cache on disk already holds it (filled by one untimed process).")
+                        "cache on disk already holds it (filled by one untimed process, "
+                        "whose exit waits for its optimized code to reach the disk).")
         workload(cold)
         workload(warm)
 

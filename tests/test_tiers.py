@@ -201,6 +201,13 @@ def test_by_default_only_kernels_whose_quick_code_computes_the_same_values(monke
         np.testing.assert_array_equal(first, later)
 
 
+def test_an_unknown_TEX_TIERED_value_warns_and_means_the_default(monkeypatch):
+    monkeypatch.setenv("TEX_TIERED", "yes")
+    monkeypatch.setattr(tiers, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="TEX_TIERED='yes' is not 0 or 1"):
+        assert tiers.mode() == "exact"
+
+
 def _run(script, env=None, timeout=240):
     env = dict(os.environ, TEX_TIERED="1", **(env or {}))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,

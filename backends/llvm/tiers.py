@@ -63,11 +63,19 @@ EXIT_WAIT = 2.0         # seconds an exiting process gives its upgrades (_finish
 
 
 def mode():
-    """TEX_TIERED: "0" never; "1" for any kernel whose first call is small enough; else
+    """TEX_TIERED: "0" never; "1" for any kernel whose first call is small enough; unset
     (the default) only for kernels whose quick code computes the optimized code's bits
-    (`same_values`)."""
+    (`same_values`). Another value gets a warning (once) and the default."""
     value = os.environ.get("TEX_TIERED", "")
+    if value not in ("", "0", "1") and value not in _warned:
+        _warned.add(value)
+        warnings.warn(f"TEX_TIERED={value!r} is not 0 or 1; quick code first only where it "
+                      "computes the optimized code's values (the default)", RuntimeWarning,
+                      stacklevel=3)
     return "never" if value == "0" else "always" if value == "1" else "exact"
+
+
+_warned = set()
 
 
 def enabled():

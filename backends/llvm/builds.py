@@ -51,9 +51,7 @@ def _build(nests, symbol, fast_math, bounds_check, deferred, call=None):
                 f"deferred={sorted(deferred)} {codegen.settings()}\n{structure_key(kernel)}")
         key = jit.cache_key(text)
         # linked against the thread runtime: its pool and interrupt flag
-        if tiers.enabled() and not bounds_check and (call is None or all(
-                tiers.small_enough(tiers.quick_cost(call[0], values, vectorized))
-                for values in ([call[1]] if isinstance(call[1], dict) else call[1]))):
+        if tiers.enabled() and not bounds_check and tiers.first_calls_small(call, vectorized):
             address, image, upgrade = tiers.load(key, symbol, make_ir,
                                                  large=len(text) > split.LARGE_NEST_BYTES,
                                                  before_link=threads.runtime)

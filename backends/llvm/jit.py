@@ -287,6 +287,10 @@ class CompilerProcess:
         # (another target's compile, tiers.py's upgrades) ends after that reply
         self.lock = threading.RLock()
 
+    def spent(self):
+        """Whether to start a new one: it died, or compiled MAX_COMPILES modules."""
+        return self.compiles >= self.MAX_COMPILES or self.proc.poll() is not None
+
     def request(self, kind, ir_text):
         with self.lock:
             return self._request(kind, ir_text)
@@ -373,10 +377,8 @@ def _compiler_process(started=False):
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None
     machine = Machine.get()
-    if _compiler and (_compiler[0].compiles >= CompilerProcess.MAX_COMPILES
-                      or _compiler[0].proc.poll() is not None
-                      or (_compiler[0].cpu, _compiler[0].features) != (machine.cpu,
-                                                                       machine.features)):
+    if _compiler and (_compiler[0].spent() or (_compiler[0].cpu, _compiler[0].features)
+                      != (machine.cpu, machine.features)):
         _compiler.pop().close()
     if not _compiler:
         try:

@@ -101,6 +101,17 @@ def small_enough(cost):
     return cost is not None and cost <= QUICK_RUN_NS
 
 
+def first_calls_small(call, vectorized):
+    """Whether quick code may serve a build's first calls: `call` = (program, their
+    sizes: [{Size: value}] or one dict), or None when they are not known yet (the call
+    path's gate decides at the call)."""
+    if call is None:
+        return True
+    program, sizes = call
+    return all(small_enough(quick_cost(program, values, vectorized))
+               for values in ([sizes] if isinstance(sizes, dict) else sizes))
+
+
 def quick_cost(program, values, vectorized):
     """About how long (ns) quick code takes for `program` at these sizes ({Size:
     value}): each definition's iterations (the product of its index extents) at
@@ -306,8 +317,7 @@ def _compiler(machine):
     target = (machine.cpu, machine.features)
     with _state:
         process = _compilers.get(target)
-        if process is not None and (process.compiles >= jit.CompilerProcess.MAX_COMPILES
-                                    or process.proc.poll() is not None):
+        if process is not None and process.spent():
             del _compilers[target]
             process.close()         # (after a reply another thread awaits)
             process = None

@@ -29,17 +29,17 @@ guard tails: the micro-kernel always runs
 whole MR x NR tiles over the zero padding of the packed panels, and only the write
 back to C checks the bounds, so tails cost no separate code path.
 """
-from dataclasses import dataclass
 
 import numpy as np
 import tex.symbolic as sym
 
 from tex.expr import Access, CeilDiv, walk as walk_expr
+from tex.records import record
 
 from .target import target
 
 
-@dataclass(frozen=True)
+@record
 class Roles:
     """Which index plays which part in a contraction (see the module docstring)."""
     i: object           # an output index read by A only
@@ -97,7 +97,7 @@ def parallel_blocks(defn, roles, blocking):
     return blocks
 
 
-@dataclass(frozen=True)
+@record
 class Blocking:
     mr: int             # register tile rows (unrolled)
     nr: int             # register tile columns (a few vectors)

@@ -16,7 +16,7 @@ updates run as the producer's tiles complete (the reduction's initialisation goe
 before the nest). Elementwise consumers may feed later consumers of the same epilogue:
 their values are substituted, not stored, unless something outside reads them.
 """
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import tex.symbolic as sym
@@ -24,11 +24,12 @@ import tex.symbolic as sym
 from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import Access, Const, Index, IndexValue, cast, rebuild, with_children
+from tex.records import record
 
 from .ir import Allocate, ArgTarget, Buffer, Loop, LoopKind, Scope, Store, Update
 
 
-@dataclass(frozen=True)
+@record
 class Fused:
     """A consumer computed in the epilogue of `into` (the group's root producer)."""
     definition: object
@@ -37,7 +38,7 @@ class Fused:
     store: bool              # its result is written (an output, or read outside the group)
 
 
-@dataclass(frozen=True)
+@record
 class Epilogue:
     """What a root producer's nest runs where an element of it is final."""
     root: object
@@ -65,7 +66,7 @@ def make_epilogue(root, members, store_root, buffers, slices=None):
     return Epilogue(root, tuple(members), store_root, buffers, values, {}, slices)
 
 
-@dataclass(frozen=True)
+@record
 class Lanes:
     """Per-lane partial results of a reduction member whose reduced index runs along the
     root's vector loop: the epilogue combines each tile's vector into them lane by lane

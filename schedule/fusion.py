@@ -15,7 +15,6 @@ Whether the root's schedule allows the epilogue (a point where an element is fin
 no two threads combining into one element of a reduction consumer) is decided when
 the nest is lowered (stage.py, epilogue.py).
 """
-from dataclasses import dataclass
 
 import tex.symbolic as sym
 
@@ -23,6 +22,7 @@ from tex.dag import DiGraph, is_acyclic, topological_order
 from tex.expr import Access, Index, walk as walk_expr
 from tex.indices import format_size
 from tex.tensor import Definition
+from tex.records import record
 
 
 def consumer_map(consumer, root, members):
@@ -136,7 +136,7 @@ def outside_readers(program, fused, d):
 
 # ---------------------------------------------------------------- horizontal fusion
 
-@dataclass(frozen=True)
+@record
 class Slicing:
     """A consumer reads the root at several offsets along one output axis (GEGLU's
     `C[i, j]` and `C[i, j + H]`): the root is computed as its slices, `definition`

@@ -15,10 +15,11 @@ Values inside statements are tex expression nodes whose `Access.tensor` is a `Bu
 """
 import enum
 import functools
-from dataclasses import dataclass, field, replace as dc_replace
+from dataclasses import field, replace as dc_replace
 
 import numpy as np
 import tex.symbolic as sym
+from tex.records import record
 
 
 class LoopKind(enum.Enum):
@@ -51,7 +52,7 @@ class Node:
         return dc_replace(self, **changes)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Buffer:
     """Memory a statement reads or writes. Identity by object. A TEMP buffer with an
     `alias` is that buffer (an output) whenever its first dimension is 1 at run time:
@@ -70,7 +71,7 @@ class Buffer:
         return f"Buffer({self.name}, {self.shape}, {self.dtype.name}, {self.scope.value})"
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Loop(Node):
     var: sym.Symbol
     extent: sym.Expr
@@ -89,7 +90,7 @@ class Loop(Node):
         return Node.replace(self, **changes)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Guard(Node):
     cond: sym.Basic
     body: tuple
@@ -103,20 +104,20 @@ class Guard(Node):
     #                             a build may only leave it out
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Allocate(Node):
     buffer: Buffer
     body: tuple
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Store(Node):
     buffer: Buffer
     index: tuple
     value: object
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class ArgTarget:
     """Where argmax/argmin keep the position of the best value, and the position itself.
     `ordered`: each target element sees its positions in increasing order, so a later
@@ -127,7 +128,7 @@ class ArgTarget:
     ordered: bool = False
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Update(Node):
     buffer: Buffer
     index: tuple
@@ -137,14 +138,14 @@ class Update(Node):
     arg: ArgTarget = None
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Stage(Node):
     definition: object
     body: tuple
     note: str = None            # what else the stage computes (fused consumers)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Kernel(Node):
     """A whole compiled function: stages over the buffers of one program."""
     body: tuple

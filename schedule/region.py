@@ -6,12 +6,12 @@ outer part (sizes and the loops at or outside `at`) and an inner part (the loops
 part and is as long as the inner part's largest value plus one; every read below `at`
 lands inside it. Reads are rewritten to `local[index - start]`.
 """
-from dataclasses import dataclass
 
 import tex.symbolic as sym
 
 from tex.errors import ScheduleError
 from tex.expr import Access, CeilDiv, Min, rebuild, with_children
+from tex.records import record
 
 
 def upper_bound(extent, loop_vars):
@@ -31,7 +31,7 @@ def upper_bound(extent, loop_vars):
     return extent.xreplace({v: 0 for v in loop_vars})
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Box:
     start: tuple        # per dimension, an expression in sizes and outer loop variables
     size: tuple         # per dimension, free of loop variables (a buffer shape)

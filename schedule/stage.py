@@ -17,7 +17,7 @@ dimension for every output loop nested inside it:
           C[i, j] += A[i, k] * B[k, j]
 """
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import tex.symbolic as sym
@@ -26,6 +26,7 @@ from tex.combiners import COMBINERS
 from tex.errors import ScheduleError
 from tex.expr import (Access, Const, Index, IndexValue, all_of, any_of, cast, negation, rebuild,
                       with_children)
+from tex.records import record
 
 from .epilogue import identity, statements
 from .region import upper_bound
@@ -47,7 +48,7 @@ class Layout(enum.Enum):
     LOOPS = "loops"     # one dimension per loop below, in loop order (BLIS micro-panels)
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Axis:
     """One loop of a stage: a unique variable, its extent, whether it reduces, its kind."""
     var: Index
@@ -61,7 +62,7 @@ class Axis:
         return self.var.name
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class StageState:
     definition: object
     axes: tuple                 # current loops, outermost first

@@ -2,13 +2,14 @@
 JSON and replayed by name (Schedule.replay). `repr(step)` is valid Python."""
 import dataclasses
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from tex.errors import ScheduleError
 from tex.expr import AutoParts, Param
+from tex.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Split:
     stage: str
     loop: str
@@ -16,13 +17,13 @@ class Split:
     tail: str = "peel"
 
 
-@dataclass(frozen=True)
+@record
 class Reorder:
     stage: str
     loops: tuple
 
 
-@dataclass(frozen=True)
+@record
 class SplitK:
     stage: str
     loop: str
@@ -31,20 +32,20 @@ class SplitK:
     #                           AutoParts
 
 
-@dataclass(frozen=True)
+@record
 class SplitParts:
     stage: str
     loop: str
     parts: object             # as SplitK's
 
 
-@dataclass(frozen=True)
+@record
 class Privatize:
     stage: str
     loop: str
 
 
-@dataclass(frozen=True)
+@record
 class Pack:
     stage: str
     tensor: str
@@ -52,25 +53,25 @@ class Pack:
     layout: str = "box"
 
 
-@dataclass(frozen=True)
+@record
 class ComputeAt:
     stage: str              # the producer
     consumer: str
     at: str
 
 
-@dataclass(frozen=True)
+@record
 class Fuse:
     stage: str              # the consumer
     into: str               # the producer whose epilogue runs it
 
 
-@dataclass(frozen=True)
+@record
 class Unfuse:
     stage: str
 
 
-@dataclass(frozen=True)
+@record
 class NotFused:
     """A fusion s.auto() considered and did not make, with the reason (kept in the
     history so that a replayed schedule prints the same plan)."""
@@ -79,14 +80,14 @@ class NotFused:
     why: str
 
 
-@dataclass(frozen=True)
+@record
 class Rewrite:
     """The program rewrites of schedule/rewrite.py (common definitions, distributed sums),
     applied to the whole program before any other step."""
     stage: str = ""
 
 
-@dataclass(frozen=True)
+@record
 class SetKind:
     stage: str
     loop: str
@@ -94,7 +95,7 @@ class SetKind:
     tail: str = "peel"
 
 
-@dataclass(frozen=True)
+@record
 class Specialize:
     stage: str
     condition: str          # a relation of sizes and params, as print(s) shows it

@@ -14,12 +14,14 @@ import contextlib
 import functools
 import os
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from tex.records import record
 
-@dataclass(frozen=True)
+
+@record
 class Target:
     """A CPU as code generation sees it."""
     cpu: str                 # LLVM's CPU name (znver3, skylake-avx512, ...)

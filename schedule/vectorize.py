@@ -25,11 +25,11 @@ again whatever lacks one (it is idempotent on a planned nest).
 """
 import functools
 import weakref
-from dataclasses import dataclass
 
 import tex.symbolic as sym
 
 from tex.expr import Access, Min, all_of, at_least, negation, walk as walk_expr
+from tex.records import record
 
 from .edge_tiles import partial_tile_versions
 from .ir import Guard, Loop, LoopKind, Store, Update, map_nest, walk
@@ -39,7 +39,7 @@ from .vector_plan import affine_coefficient, itemsize, plan_vector_loop, sum_par
 USE_VNNI = True          # int8 sums by vpdpbusd where the target has it (tests turn it off)
 
 
-@dataclass(frozen=True)
+@record
 class Scalar:
     """A loop scheduled VECTOR that runs on scalars, and why."""
     reason: str
@@ -48,7 +48,7 @@ class Scalar:
         return f"scalar: {self.reason}"
 
 
-@dataclass(frozen=True)
+@record
 class Peeled:
     """One of the two loops a full-tile peel makes: "full" (its vector loops have a
     constant extent) or "rest"."""
@@ -58,7 +58,7 @@ class Peeled:
         return "whole tiles" if self.part == "full" else "the last tile"
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Transposed:
     """The serial loop around one vector loop whose `rows` (reads that move with the
     lanes and with this loop) load as transposed blocks of `block` columns."""

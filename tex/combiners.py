@@ -1,12 +1,13 @@
 """The combiners of reductions: one record each, read by every layer (the DSL's types,
 the scheduler's legality rules and accumulators, the code generator, the numpy
 reference and the call path's checks)."""
-from dataclasses import dataclass
 
 import numpy as np
 
+from tex.records import record
 
-@dataclass(frozen=True)
+
+@record
 class Combiner:
     """How a reduction combines its values.
 

@@ -15,7 +15,7 @@ the objects they were made from: a definition carries a random `uid`, and one pr
 holds one object per uid (in the process that made it, that is the original).
 """
 import itertools
-import secrets
+import os
 import weakref
 
 import numpy as np
@@ -135,7 +135,7 @@ class Definition(Tensor):
         self.expr = expr
         self.extents = extents          # {Index: extent} for every index used
         super().__init__(name, [extents[x] for x in self.indices], expr.dtype)
-        self.uid = uid or secrets.token_hex(8)
+        self.uid = uid or os.urandom(8).hex()
         Definition._live[self.uid] = self
 
     def __reduce__(self):

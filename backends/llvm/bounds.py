@@ -1,11 +1,10 @@
 """bounds_check mode: every load and store checked against its buffer's shape; a failed
 check records the index, the dimension and the enclosing loops' values and leaves the
 kernel with STATUS_OUT_OF_BOUNDS (runtime.py turns it into an IndexError)."""
-from dataclasses import dataclass
-
 from llvmlite import ir
 
 from tex.expr import Index
+from tex.records import record
 
 from ...scheduler.ir import Loop, LoopKind
 from .irtypes import I32, I64, STATUS_DETAIL_SHIFT, STATUS_OUT_OF_BOUNDS
@@ -13,7 +12,7 @@ from .irtypes import I32, I64, STATUS_DETAIL_SHIFT, STATUS_OUT_OF_BOUNDS
 BOUNDS_LOOPS = 8             # enclosing loops recorded for a failed bounds check
 
 
-@dataclass(frozen=True)
+@record
 class BoundsCheck:
     """One checked dimension of one access (bounds_check mode)."""
     buffer: str

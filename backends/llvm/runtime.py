@@ -15,7 +15,6 @@ import functools
 import operator
 import os
 import re
-import secrets
 import weakref
 
 import numpy as np
@@ -319,7 +318,7 @@ class CompiledFunction:
                 pass
         token = getattr(self, "_token", None)
         if token is None:
-            token = self._token = secrets.token_hex(8)
+            token = self._token = os.urandom(8).hex()
             _LIVE[token] = self
         return (_rebuilt, (token, *self._rebuild))
 

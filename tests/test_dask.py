@@ -306,6 +306,28 @@ def test_float16_parts_are_summed_in_float32():
     assert np.abs(got - exact).max() <= np.abs(np.einsum("ik,kj->ij", h, h.T) - exact).max()
 
 
+def test_partial_results_merge_without_stacking_over_several_chunked_axes():
+    # dask hands the merge nested lists of blocks (two reduced labels, a tree of
+    # split_every=2): each merge adds them in order into one new array
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((6, 9, 10))
+    b = rng.standard_normal((9, 10, 5))
+    x, y = da.from_array(a, chunks=(3, 2, 3)), da.from_array(b, chunks=(2, 3, 5))
+    from tex.dask import einsum as dask_einsum
+    for split_every in (None, 2):
+        got = dask_einsum("ikl,klj->ij", (x, y), split_every=split_every)
+        np.testing.assert_allclose(got.compute(scheduler="threads"),
+                                   np.einsum("ikl,klj->ij", a, b), rtol=1e-12)
+    a[2, 5, 7] = np.nan
+    x = da.from_array(a, chunks=(3, 2, 3))
+    for combiner, ref in (("max", np.max), ("min", np.min), ("prod", np.prod)):
+        X = tex.tensor("X", (M, N, tex.sizes("L")), "float64")
+        ll = tex.indices("l")
+        f = tex.compile(tex.compute("R", (i,), getattr(tex, combiner)(X[i, j, ll], over=(j, ll))))
+        np.testing.assert_allclose(f(x).compute(scheduler="threads"), ref(a, axis=(1, 2)),
+                                   rtol=1e-12)
+
+
 def test_argmax_over_blocks_with_empty_rows():
     X = tex.tensor("X", (M, N), "float64")
     f = tex.compile(tex.compute("R", (i,), tex.argmax(X[i, j], over=j)))

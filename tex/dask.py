@@ -144,7 +144,7 @@ def einsum(subscripts, operands, dtype=None, out=None, casting="safe", split_eve
     # the parts are final per task (no chunk step: da.sum's copied each 4 MiB block)
     merge = _Merge("sum", acc)
     total = da.reduction(partial, _keep, merge, axis=axes, dtype=acc, combine=merge,
-                         split_every=split_every, concatenate=True, name="tex-einsum-sum",
+                         split_every=split_every, concatenate=False, name="tex-einsum-sum",
                          meta=np.empty((0,) * len(output), acc))
     return total if acc == result else total.astype(result)
 
@@ -504,7 +504,7 @@ def _split_reduction(f, payload, params, plan, arrays, pairs, split_every=None):
         return best.map_blocks(_positions, dtype=np.int64, meta=meta["a"])
     merge = _Merge(red.combiner, o.dtype)
     return da.reduction(partial, _keep, merge, axis=axes, dtype=o.dtype, combine=merge,
-                        split_every=split_every, concatenate=True, name=f"{f.symbol}-merge",
+                        split_every=split_every, concatenate=False, name=f"{f.symbol}-merge",
                         meta=np.empty((0,) * len(plan.output_labels), o.dtype))
 
 
@@ -514,7 +514,12 @@ def _keep(x, axis=None, keepdims=True):
 
 
 class _Merge:
-    """Merge partial sums, products, maxima or minima (numpy's: NaN propagates)."""
+    """Merge partial sums, products, maxima or minima (numpy's: NaN propagates), given
+    as dask's lists of blocks (reduction(concatenate=False)): added into one new array
+    in order, as numpy's sum over the stacked parts adds them, without the stack
+    (concatenating four 4 MiB partial products copied 16 MiB an output block)."""
+
+    UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
     def __init__(self, combiner, dtype):
         self.combiner, self.dtype = combiner, dtype
@@ -523,10 +528,27 @@ class _Merge:
         return ("tex._Merge", self.combiner, str(self.dtype))
 
     def __call__(self, x, axis=None, keepdims=False):
-        fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[self.combiner]
-        if self.combiner in ("sum", "prod"):
-            return fn(x, axis=axis, dtype=self.dtype, keepdims=keepdims)
-        return fn(x, axis=axis, keepdims=keepdims)
+        parts = list(_blocks(x))
+        ufunc = self.UFUNCS[self.combiner]
+        dtype = self.dtype if self.combiner in ("sum", "prod") else None
+        out = parts[0] if len(parts) == 1 else ufunc(parts[0], parts[1], dtype=dtype)
+        for p in parts[2:]:
+            ufunc(out, p, out=out, dtype=dtype)
+        if dtype is not None and out.dtype != dtype:
+            out = out.astype(dtype)
+        if keepdims:
+            return out
+        axes = {a % out.ndim for a in (axis if isinstance(axis, tuple) else (axis,))}
+        return out.reshape([n for d, n in enumerate(out.shape) if d not in axes])
+
+
+def _blocks(x):
+    """The arrays of dask's (nested) list of blocks, in order."""
+    if isinstance(x, (list, tuple)):
+        for item in x:
+            yield from _blocks(item)
+    else:
+        yield x
 
 
 class _Shift:

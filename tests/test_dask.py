@@ -318,6 +318,12 @@ def test_partial_results_merge_without_stacking_over_several_chunked_axes():
         got = dask_einsum("ikl,klj->ij", (x, y), split_every=split_every)
         np.testing.assert_allclose(got.compute(scheduler="threads"),
                                    np.einsum("ikl,klj->ij", a, b), rtol=1e-12)
+    v = rng.standard_normal(1000)
+    dot = tex.einsum("i,i->", da.from_array(v, chunks=50), da.from_array(v, chunks=50))
+    got = dot.compute(scheduler="threads")      # a numpy scalar, as np.einsum's
+    assert type(got) is np.float64 and np.isclose(got, v @ v, rtol=1e-12)
+    one = tex.einsum("i,i->", da.from_array(v, chunks=1000), da.from_array(v, chunks=1000))
+    assert type(one.compute(scheduler="threads")) is np.float64
     a[2, 5, 7] = np.nan
     x = da.from_array(a, chunks=(3, 2, 3))
     for combiner, ref in (("max", np.max), ("min", np.min), ("prod", np.prod)):

@@ -122,3 +122,38 @@ def test_a_mutable_default_is_refused_as_dataclass_refuses_it():
         @record
         class Bad:
             items: list = []
+
+
+def test_what_record_does_not_support_is_refused_by_name():
+    from dataclasses import InitVar, KW_ONLY
+    from typing import ClassVar
+    with pytest.raises(TypeError, match="InitVar fields \\(scale\\)"):
+        @record
+        class WithInitVar:
+            n: int
+            scale: InitVar[int] = 1
+    with pytest.raises(TypeError, match="keyword-only field 'b'"):
+        @record
+        class KeywordOnly:
+            a: int
+            _: KW_ONLY
+            b: int = 2
+    with pytest.raises(TypeError, match="non-default argument 'b' follows default argument 'a'"):
+        @record
+        class Misordered:
+            a: int = 1
+            b: int
+
+    @record
+    class WithClassVar:                 # a class constant is not a field, as in dataclass
+        limit: ClassVar[int] = 8
+        n: int
+    assert WithClassVar(3).n == 3 and WithClassVar.limit == 8
+    assert [f.name for f in dataclasses.fields(WithClassVar)] == ["n"]
+
+    @record
+    class Unhashable:                   # the class's own `__hash__ = None` stays
+        n: int
+        __hash__ = None
+    with pytest.raises(TypeError):
+        hash(Unhashable(1))

@@ -74,6 +74,8 @@ class EinsumChunk:
             blocks = [np.asarray(b).astype(self.through) for b in blocks]
         r = np.asarray(tex.einsum(self.subscripts, *blocks, dtype=self.dtype,
                                   casting=self.casting))
+        if r.ndim == 0 and not self.ncontract:
+            return r[()]                # a 0-d result: a numpy scalar, as np.einsum's
         return r.reshape((1,) * self.ncontract + r.shape)
 
     def __dask_tokenize__(self):
@@ -515,9 +517,11 @@ def _keep(x, axis=None, keepdims=True):
 
 class _Merge:
     """Merge partial sums, products, maxima or minima (numpy's: NaN propagates), given
-    as dask's lists of blocks (reduction(concatenate=False)): added into one new array
-    in order, as numpy's sum over the stacked parts adds them, without the stack
-    (concatenating four 4 MiB partial products copied 16 MiB an output block)."""
+    as dask's lists of blocks (reduction(concatenate=False)): combined in order into one
+    new array, without stacking them first (concatenating four 4 MiB partial products
+    copied 16 MiB an output block). numpy's sum over the stack added them in the same
+    order, except 8 or more parts of a one-element block (a user's split_every of 8 or
+    more), which it summed pairwise: those may differ in the last bits."""
 
     UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -539,7 +543,8 @@ class _Merge:
         if keepdims:
             return out
         axes = {a % out.ndim for a in (axis if isinstance(axis, tuple) else (axis,))}
-        return out.reshape([n for d, n in enumerate(out.shape) if d not in axes])
+        out = out.reshape([n for d, n in enumerate(out.shape) if d not in axes])
+        return out[()] if out.ndim == 0 else out        # a numpy scalar, as np.sum gives
 
 
 def _blocks(x):

@@ -10,8 +10,10 @@ the same: dataclasses.fields, replace, asdict and astuple work on it, and every 
 the class body defines itself is kept, as dataclass keeps it.
 
 Differences a caller could see: `__dataclass_params__` describes the class as dataclass
-made it (no generated methods), and __repr__ has no guard against a record that
-contains itself (an immutable record cannot)."""
+made it (no generated methods, not frozen), so a record is subclassed by records only
+(dataclass would make a subclass it cannot initialize); __repr__ has no guard against a
+record that contains itself (an immutable record cannot); the signature and __doc__ name
+the fields without their annotations. Keyword-only fields and InitVar are refused."""
 import dataclasses
 import operator
 
@@ -32,9 +34,11 @@ def _make(cls, eq):
     undocumented = not cls.__dict__.get("__doc__")
     if undocumented:
         cls.__doc__ = "-"       # else dataclass asks inspect.signature for one (slow)
+    explicit_hash = "__hash__" in cls.__dict__ and "__eq__" not in cls.__dict__
     cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False)
     fields = dataclasses.fields(cls)
     names = tuple(f.name for f in fields)
+    _check_fields(cls, fields)
     if undocumented:
         cls.__doc__ = f"{cls.__name__}({', '.join(names)})"
     own = cls.__dict__
@@ -52,11 +56,35 @@ def _make(cls, eq):
         if "__eq__" not in own:
             cls.__eq__ = _eq(compared)
         # a class that defines __eq__ alone gets __hash__ = None from Python: not its own
-        if own.get("__hash__") is None:
+        # (a `__hash__ = None` of the class's own stays: unhashable, as dataclass leaves it)
+        if own.get("__hash__") is None and not explicit_hash:
             hashed = _values([f.name for f in fields
                               if (f.compare if f.hash is None else f.hash)])
             cls.__hash__ = lambda self: hash(hashed(self))
     return cls
+
+
+def _check_fields(cls, fields):
+    """What dataclass would refuse, and what `record` does not support, refused by name."""
+    initvar = getattr(dataclasses, "_FIELD_INITVAR", None)     # (dataclass's own marker)
+    initvars = [name for name, f in cls.__dataclass_fields__.items()
+                if initvar is not None and getattr(f, "_field_type", None) is initvar]
+    if initvars:
+        raise TypeError(f"record {cls.__name__}: InitVar fields ({', '.join(initvars)}) "
+                        "are not supported; use a dataclass")
+    defaulted = None
+    for f in fields:
+        if f.kw_only:
+            raise TypeError(f"record {cls.__name__}: keyword-only field {f.name!r} is not "
+                            "supported; use a dataclass")
+        if not f.init:
+            continue
+        if f.default is not dataclasses.MISSING or \
+                f.default_factory is not dataclasses.MISSING:
+            defaulted = f.name
+        elif defaulted is not None:
+            raise TypeError(f"non-default argument {f.name!r} follows default argument "
+                            f"{defaulted!r} in record {cls.__name__}")
 
 
 def _values(names):

@@ -35,13 +35,14 @@ def python_files(folders):
     order."""
     out = []
     for folder in folders:
-        folder = os.fspath(folder)
+        folder = os.path.abspath(folder)
+        skip = len(os.path.join(folder, ""))        # the folder's part of each path
         for root, dirs, names in sorted(os.walk(folder)):
             dirs.sort()
             for name in sorted(names):
                 if name.endswith(".py"):
                     path = os.path.join(root, name)
-                    out.append((os.path.relpath(path, folder), path))
+                    out.append((path[skip:], path))
     return out
 
 

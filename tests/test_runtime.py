@@ -2,6 +2,7 @@
 sections 4 and 6; issue 2, "Bad input"), definition-time errors, concurrency, and the
 generated text (IR, assembly, loop nest)."""
 import re
+import sys
 import threading
 
 import llvmlite.binding as llvm
@@ -515,6 +516,35 @@ def _child_stdout(script, tmp_path):
     return out.stdout
 
 
+def test_the_builtin_entry_refuses_a_wrong_call_with_an_exception(tmp_path):
+    """The kernel's builtin entry (fastcall.py), called as no call path calls it: a wrong
+    argument count is a TypeError, an integer out of int64's range an OverflowError, a
+    non-integer a TypeError, and the right call still runs. In a child: a mistake here
+    would crash the interpreter."""
+    script = (
+        "import os\n"
+        "os.environ['TEX_TIERED'] = '0'       # (else the call path's gate runs first)\n"
+        "import numpy as np, tex\n"
+        "N = tex.sizes('N'); i = tex.indices('i')\n"
+        "x = tex.tensor('x', (N,), 'float32')\n"
+        "f = tex.compile(tex.compute('y', (i,), x[i] * 2))\n"
+        "a = np.arange(5, dtype=np.float32)\n"
+        "assert (f(a) == 2 * a).all()\n"
+        "entry = f._sig.scope['_cfunc']\n"
+        "out = np.empty(5, np.float32)\n"
+        "for args, error in [((a, out), TypeError), ((a, out, 1, 2), TypeError),\n"
+        "                    ((a, out, 2**70), OverflowError), ((a, out, 'one'), TypeError)]:\n"
+        "    try:\n"
+        "        entry(*args)\n"
+        "    except error:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit(f'{args[2:]}: no {error.__name__}')\n"
+        "assert entry(a, out, 1) == 0 and (out == 2 * a).all()\n"
+        "print(type(entry).__name__)\n")
+    assert _child_stdout(script, tmp_path).strip() == "builtin_function_or_method"
+
+
 def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
     """A process confined to one CPU before tex loads, asked for 2 threads: the team is
     larger than the CPUs, so no worker is moved (nowhere to go), and results stay
@@ -675,10 +705,31 @@ def test_a_caller_waiting_for_a_worker_behind_a_busy_thread_moves_it(tmp_path):
 
 
 def test_the_kernel_call_releases_the_gil():
-    import ctypes
+    """Another Python thread runs while a kernel runs: with a switch interval of 10 s, a
+    thread that held the GIL through the kernel would keep it until its call returned
+    (the fast entry releases it around the kernel, as ctypes' CFUNCTYPE did)."""
+    import time
     g = gemm()
-    # a CFUNCTYPE prototype (not PYFUNCTYPE) releases the GIL around the call
-    assert not type(g._cfunc)._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+    a = np.ones((768, 768), np.float32)
+    g(a, a)
+    started, times = threading.Event(), {}
+
+    def work():
+        started.set()
+        g(a, a), g(a, a), g(a, a)
+        times["kernel_end"] = time.perf_counter()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(10.0)
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        started.wait()
+        times["other_thread_ran"] = time.perf_counter()
+        thread.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert times["other_thread_ran"] < times["kernel_end"]
+    assert type(g._sig.scope["_cfunc"]).__name__ == "builtin_function_or_method"
 
 
 # ================================================================ definition-time errors

@@ -15,7 +15,7 @@ from tex.expr import AutoParts
 from ...gcpause import paused
 from ...scheduler.ir import Loop, LoopKind, structure_key, walk
 from ...scheduler.target import overriding
-from . import choices, codegen, jit, split, threads, tiers
+from . import choices, codegen, fastcall, jit, split, threads, tiers
 from .choices import call_values
 from ... import forksafe
 
@@ -109,8 +109,8 @@ class Signature:
         if all(b is not built for b in self.builds):
             self.builds.append(built)   # its image: the code lives as long as this
         self.built = built
-        self.cfunc = self.proto(built.address) if built.upgrade is None else \
-            self._gate(built)
+        self.cfunc = fastcall.caller(built.image, built.symbol, self.proto) \
+            if built.upgrade is None else self._gate(built)
         self.kernel = built.kernel           # what its statuses' numbers refer to
         self.object_key = built.key          # what backends/llvm/warm.py records
         # bounds_check kernels: (fast_math, address of the record)
@@ -126,7 +126,7 @@ class Signature:
         STATUS_DEFERRED before computing anything); another call waits for the
         optimized code (compiling it, if no thread has begun), switches to it and
         runs it."""
-        quick = self.proto(built.address)
+        quick = fastcall.caller(built.image, built.symbol, self.proto)
         n_in, n_arrays = len(self.kernel.inputs), len(self.kernel.inputs) + len(
             self.kernel.outputs)
         allowed = iter(range(tiers.QUICK_CALLS))   # (next(): atomic, whatever the threads)

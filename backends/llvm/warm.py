@@ -397,11 +397,11 @@ def _fallback(*args, **kwargs):
 
 
 def _call_path(c):
-    from . import jit, threads
+    from . import fastcall, jit, threads
     loaded = jit.load_key(c["object"], c["symbol"])
     if loaded is None:
         return None
-    address, image = loaded
+    _, image = loaded
     proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * c["arrays"]
                                                + [ctypes.c_int64] * c["ints"]))
     interrupted = c["interrupted"]
@@ -412,7 +412,8 @@ def _call_path(c):
             raise Fallback(f"{c['symbol']}: interrupted, and the signal's handler did "
                            "not raise: the general path runs it again (status._status)")
         raise Fallback(f"{c['symbol']}: status {st}")
-    g = {"_ndarray": np.ndarray, "_empty": np.empty, "_cfunc": proto(address),
+    g = {"_ndarray": np.ndarray, "_empty": np.empty,
+         "_cfunc": fastcall.caller(image, c["symbol"], proto),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
          "_image": image, "_crowded": threads.runtime().is_crowded,
          "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts}

@@ -297,7 +297,8 @@ def test_chain_steps_share_one_kernel_built_with_every_steps_nests(tmp_path):
     """`ij,jk,kl->il` on float32 (the first step on operands, the second on an
     intermediate, of other sizes): one compile. With the last operand float64, the first
     step casts both its float32 operands and the second casts none: two kernels. Both
-    right. In a child: the kernel caches start empty."""
+    right. In a child: the kernel caches start empty; TEX_TIERED=0, so that each kernel is
+    one compile (quick code first made the count depend on when an upgrade ran)."""
     code = (
         "import json, numpy as np, tex\n"
         "from tex.backends.llvm import jit\n"
@@ -311,8 +312,8 @@ def test_chain_steps_share_one_kernel_built_with_every_steps_nests(tmp_path):
         "                            np.einsum('ij,jk,kl->il', *mixed)))\n"
         "print(json.dumps([same, one, mixed_ok, jit.STATS['compiled'] - one]))\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, TEX_CACHE_DIR=str(tmp_path)),
-                          timeout=300)
+                          text=True, env=dict(os.environ, TEX_CACHE_DIR=str(tmp_path),
+                                              TEX_TIERED="0"), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     same, one, mixed_ok, more = json.loads(proc.stdout.strip().splitlines()[-1])
     assert same and mixed_ok

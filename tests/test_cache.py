@@ -70,10 +70,11 @@ def finish_child(proc):
 
 
 def cache_files(cache):
-    """The kernel entries (not the folder's key, the thread runtime's object, nor the
-    host's facts)."""
+    """The kernel entries (not the folder's key, the thread runtime's object, the
+    host's facts, nor the source digests: whether the caller's thread or the warm-up
+    thread records the code generator's digest first depends on timing)."""
     return sorted(p for p in pathlib.Path(cache).rglob("*")
-                  if p.is_file() and p.parent.name not in ("runtime", "host")
+                  if p.is_file() and p.parent.name not in ("runtime", "host", "sources")
                   and p.name != ".key")
 
 

@@ -545,6 +545,22 @@ def test_the_builtin_entry_refuses_a_wrong_call_with_an_exception(tmp_path):
     assert _child_stdout(script, tmp_path).strip() == "builtin_function_or_method"
 
 
+def test_another_librarys_prototype_of_the_python_api_changes_nothing():
+    """tex makes its builtins through a prototype of its own: another library setting
+    ctypes.pythonapi.PyCFunction_NewEx's restype and argtypes (a shared object) broke
+    every later compile."""
+    import ctypes
+    shared = ctypes.pythonapi.PyCFunction_NewEx
+    saved = shared.restype, shared.argtypes
+    shared.restype, shared.argtypes = ctypes.c_void_p, [ctypes.c_void_p] * 3
+    try:
+        x = tex.tensor("x", (N,), "float32")
+        f = tex.compile(tex.compute("y", (i,), x[i] * 4.5))
+        np.testing.assert_array_equal(f(np.ones(3, np.float32)), np.full(3, 4.5, np.float32))
+    finally:
+        shared.restype, shared.argtypes = saved
+
+
 def test_one_allowed_cpu_and_two_threads_run_correctly_without_moves(tmp_path):
     """A process confined to one CPU before tex loads, asked for 2 threads: the team is
     larger than the CPUs, so no worker is moved (nowhere to go), and results stay

@@ -20,9 +20,10 @@ class _MethodDef(ctypes.Structure):
                 ("ml_flags", ctypes.c_int), ("ml_doc", ctypes.c_char_p)]
 
 
-_new_function = ctypes.pythonapi.PyCFunction_NewEx
-_new_function.restype = ctypes.py_object
-_new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.c_void_p]
+# a prototype of tex's own (ctypes.pythonapi's function objects are shared: another
+# library's restype/argtypes there would change tex's calls, and tex's would change theirs)
+_new_function = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object,
+                                  ctypes.c_void_p)(("PyCFunction_NewEx", ctypes.pythonapi))
 
 
 def caller(image, symbol, proto):

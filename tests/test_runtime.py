@@ -550,6 +550,7 @@ def test_another_librarys_prototype_of_the_python_api_changes_nothing():
     ctypes.pythonapi.PyCFunction_NewEx's restype and argtypes (a shared object) broke
     every later compile."""
     import ctypes
+    from tex.backends.llvm import fastcall  # noqa: F401 -- its prototype made first
     shared = ctypes.pythonapi.PyCFunction_NewEx
     saved = shared.restype, shared.argtypes
     shared.restype, shared.argtypes = ctypes.c_void_p, [ctypes.c_void_p] * 3

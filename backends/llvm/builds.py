@@ -8,7 +8,6 @@ A build whose first call is small runs quick code until its optimized code is li
 (tiers.py): `Signature.use` puts a gate in the call path meanwhile.
 """
 import collections
-import ctypes
 
 from tex.expr import AutoParts
 
@@ -76,16 +75,11 @@ class Signature:
     def __init__(self, program, built):
         kernel = built.kernel
         self.program, self.kernel, self.symbol = program, kernel, built.symbol
-        n_arrays = len(kernel.inputs) + len(kernel.outputs)
-        n_ints = len(kernel.params) + 1                 # the parameters and the thread count
-        self.proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * n_arrays
-                                                       + [ctypes.c_int64] * n_ints))
         self.param_names = tuple(str(p) for p in kernel.params if not isinstance(p, AutoParts))
         self.casting = "safe"    # numpy's casting rule for inputs of another dtype
         self.owner = None        # a weak reference to the CompiledFunction (dask calls)
         self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
         self.builds = []         # every build of the kernel so far (build_choice)
-        self.quick_images = []   # the images of builds upgraded since (tiers.py)
         self._building = forksafe.lock()   # one build_choice at a time
         self.switches = 0        # build_choice's changes of build
         self._not_taken_at = None    # choices.decider of the kernel, once needed
@@ -104,12 +98,13 @@ class Signature:
             quick, up = built, built.upgrade
             built = built._replace(upgrade=None) if up.error is not None else \
                 built._replace(address=up.result[0], image=up.result[1], upgrade=None)
+            # (a call still in the quick code holds its builtin, whose `self` holds the
+            # quick image: fastcall.caller)
             self.builds = [built if b is quick else b for b in self.builds]
-            self.quick_images.append(quick.image)   # a call may still run its code
         if all(b is not built for b in self.builds):
             self.builds.append(built)   # its image: the code lives as long as this
         self.built = built
-        self.cfunc = fastcall.caller(built.image, built.symbol, self.proto) \
+        self.cfunc = fastcall.caller(built.image, built.symbol) \
             if built.upgrade is None else self._gate(built)
         self.kernel = built.kernel           # what its statuses' numbers refer to
         self.object_key = built.key          # what backends/llvm/warm.py records
@@ -126,7 +121,7 @@ class Signature:
         STATUS_DEFERRED before computing anything); another call waits for the
         optimized code (compiling it, if no thread has begun), switches to it and
         runs it."""
-        quick = fastcall.caller(built.image, built.symbol, self.proto)
+        quick = fastcall.caller(built.image, built.symbol)
         n_in, n_arrays = len(self.kernel.inputs), len(self.kernel.inputs) + len(
             self.kernel.outputs)
         allowed = iter(range(tiers.QUICK_CALLS))   # (next(): atomic, whatever the threads)

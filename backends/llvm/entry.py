@@ -105,9 +105,8 @@ def _emit_fastcall(module, name, entry, n_arrays, n_ints):
     """`@name.fast`, the same entry as a CPython METH_FASTCALL function
     (`PyObject *f(PyObject *self, PyObject *const *args, Py_ssize_t nargs)`): the arrays
     and the integers as Python objects, the GIL released around the kernel (as ctypes
-    released it), the status returned as a Python int. A call through ctypes cost ~1 us
-    of its own (a compiled dot product of 8 elements: 1.4 us a call, 1.1 of it ctypes);
-    this one is a builtin function (backends/llvm/fastcall.py)."""
+    released it), the status returned as a Python int: fastcall.py makes it the builtin
+    function the call paths call (why: its docstring)."""
     api = {n: module.globals.get(n) or ir.Function(module, t, name=n)
            for n, t in PYTHON_API.items()}
     fn = ir.Function(module, ir.FunctionType(PTR, [PTR, PTR, I64]), name=name + FAST_SUFFIX)

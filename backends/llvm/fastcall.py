@@ -6,8 +6,6 @@ status returned as a Python int). Made into a builtin function here, it is what 
 path calls: a compiled dot product of 8 float32 elements cost 1.42 us a call through
 ctypes (1.1 of it ctypes' own: converting each argument, libffi), 0.59 this way
 (np.dot 0.63).
-An image without the twin (none is cached: the key covers the code generator) is
-called through ctypes, as before.
 """
 import ctypes
 
@@ -27,12 +25,10 @@ _new_function = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_o
                                   ctypes.c_void_p)(("PyCFunction_NewEx", ctypes.pythonapi))
 
 
-def caller(image, symbol, proto):
+def caller(image, symbol):
     """The callable a call path runs the kernel `symbol` of `image` with, `f(*arrays,
-    *ints) -> status`: its builtin fast entry, else ctypes' `proto` of its entry."""
-    address = image.symbols.get(symbol + FAST_SUFFIX)
-    if not address:
-        return proto(image.symbols[symbol])
+    *ints) -> status`: its builtin fast entry (every kernel module has one)."""
+    address = image.symbols[symbol + FAST_SUFFIX]
     method = _MethodDef(symbol.encode(), address, METH_FASTCALL, None)
     # the builtin's `self` (which its code ignores) keeps the method definition and
     # the image that holds its code alive as long as the builtin is

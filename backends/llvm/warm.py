@@ -402,8 +402,6 @@ def _call_path(c):
     if loaded is None:
         return None
     _, image = loaded
-    proto = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.py_object] * c["arrays"]
-                                               + [ctypes.c_int64] * c["ints"]))
     interrupted = c["interrupted"]
 
     def status(sig, st, *rest):
@@ -413,7 +411,7 @@ def _call_path(c):
                            "not raise: the general path runs it again (status._status)")
         raise Fallback(f"{c['symbol']}: status {st}")
     g = {"_ndarray": np.ndarray, "_empty": np.empty,
-         "_cfunc": fastcall.caller(image, c["symbol"], proto),
+         "_cfunc": fastcall.caller(image, c["symbol"]),
          "_ShapeError": ShapeError, "_nt": _NUM_THREADS, "_sig": None, "_status": status,
          "_image": image, "_crowded": threads.runtime().is_crowded,
          "_looping": threads.runtime().team_pays, "_thread_parts": thread_parts}

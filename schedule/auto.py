@@ -19,8 +19,9 @@ correctly, only slower):
 4. Vectors. Byte-sized integer sums get the vector-accumulator strategy (VNNI where
    the host has it); argmax/argmin get explicit vector code on their innermost loop;
    float row maxima and minima get it too on rows of 64 float32 or more (LLVM's
-   vectorizer leaves a row's last elements to a scalar loop); everything else is left
-   to LLVM's loop vectorizer, which does as well there.
+   vectorizer leaves a row's last elements to a scalar loop), float row sums on rows of
+   256 or more; everything else is left to LLVM's loop vectorizer, which does as well
+   there.
 """
 import functools
 

@@ -26,27 +26,45 @@ MANY_ROWS = 64
 ONE_PART_LENGTH = 2048
 
 
+# a float row sum takes the vector accumulator from rows this long on (at least a pass)
+SUM_MIN_LENGTH = 256
+
+
 def row_accumulators(stage):
-    """A float row max or min (the reduction loop innermost): the vector accumulator for
-    rows of at least one pass of it (W x U elements; a specialization when the length
-    is symbolic). LLVM's vectorized loop takes 64 float32 a step and leaves the rest of
-    the row to a scalar loop; the accumulator's last pass is a vector. Returns the
-    handles that the rest of the auto schedule goes on with (the specialization and the
-    stage), or None when nothing was done. Measured on Zen 5, 2 threads, float32 |
-    float64, interleaved: 8192 x 100 125 -> 61 | 88 -> 54 us, 1000 x 1000 47 -> 26 |
-    84 -> 46; rows a multiple of 64 long alike (16384 x 64 50 | 60 -> 67, 2048 x
-    2048 97 -> 98 | 426 -> 438); rows shorter than a pass lost (65536 x 16, before
-    ops.MINMAX_FLAGS: 362 -> 591) and are not taken; sums gained nothing."""
+    """A float row max, min or sum (the reduction loop innermost; a sum with an output
+    index: a total's blocked sum stays, blocked_sums.py): the vector
+    accumulator for rows of at least one pass of it (W x U elements; a sum
+    SUM_MIN_LENGTH; a specialization when the length is symbolic). LLVM's vectorized loop takes
+    64 float32 a step and leaves the rest of the row to a scalar loop; the accumulator's
+    last pass is a vector. Returns the handles that the rest of the auto schedule goes
+    on with (the specialization and the stage), or None when nothing was done. Max and
+    min, measured on Zen 5, 2 threads, float32 | float64, interleaved: 8192 x 100 125 ->
+    61 | 88 -> 54 us, 1000 x 1000 47 -> 26 | 84 -> 46; rows a multiple of 64 long alike
+    (16384 x 64 50 | 60 -> 67, 2048 x 2048 97 -> 98 | 426 -> 438); rows shorter than a
+    pass lost (65536 x 16, before ops.MINMAX_FLAGS: 362 -> 591) and are not taken.
+    Float32 sums on Emerald Rapids (LLVM's loop -> the accumulator, one process,
+    interleaved), 1 | 2 threads: 4096 x 4096 1.18-1.19x | 1.18x faster, 1000 x 1000
+    1.01 | 1.30, 2048 x 512 1.00 | 1.14, 4096 x 256 0.99 | 1.07, 256 x 256 0.98 | 0.99;
+    rows of 77 to 200 0.77-0.98 | 0.97-1.19; AVX2 code (znver3's, 1 thread) 0.85-0.87
+    on rows of 128 and 200, 0.96-1.01 from 256 on; float64 0.97-1.01, 4096 x 4096 1.16.
+    So a sum starts at 256 elements. Its code
+    sums in tex's order (ops.vector_flags), so its first calls can run quick code
+    (backends/llvm/tiers.py) where LLVM's reassociated loop could not."""
     d = stage.definition
     red = d.reduction
-    if red is None or red.combiner not in ("max", "min") or red.dtype.kind != "f" or \
+    if red is None or red.combiner not in ("max", "min", "sum") or red.dtype.kind != "f" or \
             not stage.loops or not stage.loops[-1].is_reduction:
         return None
+    if red.combiner == "sum" and not d.indices:
+        return None         # a total adds blocks from zero (blocked_sums.py), for accuracy
     try:
         reduction_strategy(stage.state, "vector_accumulator")    # refused: nothing to do
     except ScheduleError:
         return None
-    cond = at_least(stage.state.axes[-1].extent, accumulator_span(d))
+    span = accumulator_span(d)
+    if red.combiner == "sum":
+        span = max(span, SUM_MIN_LENGTH)
+    cond = at_least(stage.state.axes[-1].extent, span)
     if len(d.indices) == 1:
         # split-K's shapes (auto_split_k: few long rows, the parts taken from the
         # outermost reduction loop) keep their parts, which the vector accumulator
@@ -74,8 +92,7 @@ def auto_reduction_strategy(stage):
     """Byte-sized sums (int8 -> int32 row sums and the like) use the vector accumulator:
     widening (or VNNI dot products, where the host has them) in registers beats LLVM's
     loop (measured 68 against 51 GB/s in cache, 10.9x numpy, and level from DRAM).
-    Wider element types are left to LLVM's vectorizer, which matched or beat the
-    explicit strategies on float32 rows."""
+    Wider integer types are left to LLVM's vectorizer (float row sums: row_accumulators)."""
     d = stage.definition
     red = d.reduction
     if red is None or red.combiner != "sum" or not stage.loops or \

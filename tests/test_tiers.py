@@ -169,8 +169,10 @@ def test_by_default_only_kernels_whose_quick_code_computes_the_same_values(monke
     """Without TEX_TIERED, a kernel runs quick code only where the light compile and
     the optimized one compute the same values (no fast-math flags): an elementwise
     kernel, integer code, a float sum without fast_math, a matmul's register tiles
-    (explicit FMAs); not a fast-math float row sum, whose optimized code sums in other
-    orders. Quick and optimized code agree bit for bit there."""
+    (explicit FMAs), a fast-math float row sum on tex's vector accumulator (it sums in
+    tex's order: ops.vector_flags); not a fast-math float row sum of short rows, which
+    LLVM's vectorizer reassociates in its optimized code only. Quick and optimized code
+    agree bit for bit there."""
     from tex.scheduler.target import target
     monkeypatch.delenv("TEX_TIERED", raising=False)
     monkeypatch.setattr(tiers, "_submit", lambda upgrade: None)
@@ -178,15 +180,19 @@ def test_by_default_only_kernels_whose_quick_code_computes_the_same_values(monke
     i, j = tex.indices("i j")
     X = tex.tensor("X", (M, N), "float32")
     Xi = tex.tensor("X", (M, N), "int32")
+    Xs = tex.tensor("Xs", (M, N), "float32")            # (short rows)
     cases = [
         (tex.compile(scaled(_unique())), X, True),
         (tex.compile(tex.compute(_unique(), (i,), tex.sum(Xi[i, j] * 3, over=j))), Xi, True),
         (tex.compile(tex.compute(_unique(), (i,), tex.sum(X[i, j] * 0.1, over=j)),
                      fast_math=False), X, True),
-        (tex.compile(tex.compute(_unique(), (i,), tex.sum(X[i, j] * 0.1, over=j))), X, False),
+        (tex.compile(tex.compute(_unique(), (i,), tex.sum(X[i, j] * 0.1, over=j))), X, True),
+        (tex.compile(tex.compute(_unique(), (i,), tex.sum(Xs[i, j] * 0.1, over=j))), Xs,
+         False),
     ]
     args = {X: lambda: [(RNG.standard_normal((33, 1000)) * 100).astype(np.float32)],
             Xi: lambda: [RNG.integers(-1000, 1000, (33, 1000), dtype=np.int32)],
+            Xs: lambda: [(RNG.standard_normal((33, 100)) * 100).astype(np.float32)],
             None: lambda: [RNG.standard_normal(s).astype(np.float32)
                            for s in ((65, 130), (130, 70))]}
     if target().has("fma"):

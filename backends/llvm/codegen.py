@@ -35,7 +35,7 @@ from .irtypes import (I1, I8, I32, I64, NTHREADS, PTR, RELATIONS, STATUS_DEFERRE
                       STATUS_DETAIL_SHIFT, STATUS_OK, Builder, OpContext, const, declare,
                       floor_div, memory_type, self_referential)
 from .memory import MemoryMixin
-from .ops import COMBINE, OPS, _better, increasing_better
+from .ops import COMBINE, OPS, _better, increasing_better, vector_flags
 from .pairs import at_both_steps, emit_paired_loop, pairs_steps
 from .parallel import ParallelMixin
 from .transposed import emit_transposed
@@ -101,6 +101,9 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         self.tests_steps = False
         self.reductions_around = 0      # reduction loops around the code being emitted
         self.pairing = None      # (variable, k, k + 1) while a pair of steps is emitted
+        # while a vector loop's scalar remainder is emitted: its sums take the vector
+        # code's flags (ops.vector_flags), so the loop sums in one order at any level
+        self.vector_tail = False
 
     # ------------------------------------------------------------ functions
     def build(self):
@@ -343,8 +346,8 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         acc = self._load(ptr, s.buffer.dtype)
         x = self.reduced_value(s)
         if s.arg is None:
-            self._store(ptr, COMBINE[s.combiner](self.ops(), s.buffer.dtype, acc, x, s.fast_math),
-                        s.buffer.dtype)
+            self._store(ptr, COMBINE[s.combiner](self.ops(), s.buffer.dtype, acc, x,
+                                                 self._flags(s)), s.buffer.dtype)
             return
         pos_ptr = self.address(s.arg.buffer, s.arg.index)
         pos, acc_pos = self.value(s.arg.position), self._load(pos_ptr, np.int64)
@@ -359,7 +362,13 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         with the accumulation into FMAs (as BLAS does); elementwise code never does."""
         if self.pairing is not None:        # both steps of a pair (pairs.py)
             return self.b.add(*at_both_steps(self, lambda: self.value(update.value)))
-        return self.value(update.value, contract=update.fast_math)
+        return self.value(update.value, contract=self._flags(update))
+
+    def _flags(self, update):
+        """Whether the update's combine (and value) take the fast-math flags."""
+        if self.vector_tail:
+            return vector_flags(update.combiner, update.fast_math)
+        return update.fast_math
 
     # ------------------------------------------------------------ memory
     def _reuse(self, key, make):

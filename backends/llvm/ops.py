@@ -385,6 +385,17 @@ def _combine_minmax(float_name, int_name, uint_name, bool_op):
     return emit
 
 
+def vector_flags(combiner, fast):
+    """Whether a combine step of code tex vectorized takes the fast-math flags: not a
+    sum's. Its vector lanes, accumulators and horizontal tree are already the
+    reassociation fast_math allows, so the flags bought nothing but leave to LLVM to
+    reorder the sum further (its optimized code and a light compile then summed in
+    different orders: such kernels could not run quick code first, tiers.same_values);
+    without them the values are the same at any optimization level. A max or min keeps
+    its `nsz` (MINMAX_FLAGS: three instructions a vector instead of six)."""
+    return fast and combiner != "sum"
+
+
 COMBINE = {
     "sum": _combine_arith("add", "fadd", "or_"),
     "prod": _combine_arith("mul", "fmul", "and_"),

@@ -18,8 +18,9 @@ loop of calls, a benchmark after its warm-up, runs optimized code after a few ca
 By default only kernels whose quick code computes exactly the optimized code's values
 are tiered (`same_values`: no fast-math flags in the IR; elementwise and integer
 kernels, fast_math=False, register-tiled contractions, whose updates are explicit FMAs:
-vector.py's `_fuses`): a fast-math row sum's optimized code sums in another order
-(LLVM's vectorizer reassociates it), so its first calls would differ in the last bits
+vector.py's `_fuses`; sums in code tex vectorized, which carry no flags:
+ops.vector_flags): a fast-math sum that LLVM's vectorizer reassociates sums in
+another order in its optimized code, so its first calls would differ in the last bits
 from the next ones, and a long float32 sum would be less accurate. `TEX_TIERED=1` tiers those too; `TEX_TIERED=0` compiles every kernel
 optimized at once, as before this module.
 

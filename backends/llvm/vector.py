@@ -117,7 +117,7 @@ from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient
 from ...scheduler.vectorize import Peeled
 from .irtypes import (I1, I8, I32, I64, PTR, memory_type, self_referential, splat_constant,
                       type_suffix, value_type)
-from .ops import COMBINE, OPS, _better, increasing_better
+from .ops import COMBINE, OPS, _better, increasing_better, vector_flags
 from .pairs import paired_vector_value
 from .vector_reduce import AccumulatorMixin
 
@@ -386,7 +386,11 @@ class VectorLoop(AccumulatorMixin):
             md = cg.module.add_metadata([ir.MetaDataString(cg.module,
                                                            "llvm.loop.vectorize.enable"),
                                          ir.Constant(I1, 0)])
-            cg._serial_loop(self.loop, main_end, end, self_referential(cg.module, md))
+            outer, cg.vector_tail = cg.vector_tail, True
+            try:
+                cg._serial_loop(self.loop, main_end, end, self_referential(cg.module, md))
+            finally:
+                cg.vector_tail = outer
 
     @property
     def masked_tail(self):
@@ -451,8 +455,9 @@ class VectorLoop(AccumulatorMixin):
             return
         x = self.reduced_value(s, mask)
         if s.arg is None:
+            fast = vector_flags(s.combiner, s.fast_math)
             self._write(s.buffer, s.index,
-                        COMBINE[s.combiner](self.ops(), dt, acc, x, s.fast_math), mask)
+                        COMBINE[s.combiner](self.ops(), dt, acc, x, fast), mask)
             return
         acc_pos = self._read(s.arg.buffer, s.arg.index, mask)
         pos = self.value(s.arg.position, mask)
@@ -483,10 +488,13 @@ class VectorLoop(AccumulatorMixin):
     # ------------------------------------------------------------ values
     def reduced_value(self, update, mask):
         """An Update's value; with fast_math its float products may fuse into FMAs with
-        the accumulation (as for scalar reductions)."""
+        the accumulation (as for scalar reductions), but not a sum's, whose combine
+        step has no flags (ops.vector_flags: a flag left alone would only keep its quick
+        code from running, tiers.same_values)."""
         if self.cg.pairing is not None:         # both steps of a pair (pairs.py)
             return paired_vector_value(self, update, mask)
-        return self.value(update.value, mask, update.fast_math)
+        return self.value(update.value, mask, vector_flags(update.combiner,
+                                                            update.fast_math))
 
     def value(self, e, mask, contract=False):
         """e for the W lanes of the current chunk, as a <W x T> vector."""

@@ -11,7 +11,7 @@ from tex.expr import Op
 from ...scheduler.target import target
 from ...scheduler.vector_plan import dot_width
 from .irtypes import I1, I8, I16, I32, I64, const, splat_constant, type_suffix, value_type
-from .ops import COMBINE, _better, increasing_better
+from .ops import COMBINE, _better, increasing_better, vector_flags
 
 INT64_MAX = (1 << 63) - 1
 SHORT = (np.int8, np.uint8, np.int16)     # values an int16 lane holds exactly
@@ -128,7 +128,8 @@ class AccumulatorMixin:
             return
         x = self.reduced_value(u, mask)
         if u.arg is None:
-            new = COMBINE[u.combiner](self.ops(), dt, acc, x, u.fast_math)
+            new = COMBINE[u.combiner](self.ops(), dt, acc, x, vector_flags(u.combiner,
+                                                                           u.fast_math))
             b.store(new if mask is None else b.select(mask, new, acc), slot)
             return
         acc_pos = b.load(pos_slot, typ=self.vtype(I64))
@@ -164,8 +165,15 @@ class AccumulatorMixin:
         ptr = cg.address(u.buffer, u.index)
         acc = cg._load(ptr, dt)
         if u.arg is None:
-            r = _reduce_intrinsic(cg, u.combiner, dt, vec, u.fast_math)
-            cg._store(ptr, COMBINE[u.combiner](cg.ops(), dt, acc, r, u.fast_math), dt)
+            fast = vector_flags(u.combiner, u.fast_math)
+            if np.dtype(dt).kind == "f" and u.combiner == "sum":
+                # a tree of halves, in this order (llvm.vector.reduce.fadd would need
+                # `reassoc` to be one)
+                vec, _ = self._halve(u, vec, None, 1)
+                r = b.extract_element(vec, ir.Constant(I32, 0))
+            else:
+                r = _reduce_intrinsic(cg, u.combiner, dt, vec, fast)
+            cg._store(ptr, COMBINE[u.combiner](cg.ops(), dt, acc, r, fast), dt)
             return
         pos = b.load(pos_slot, typ=self.vtype(I64))
         vec, pos = self._halve(u, vec, pos, 1)
@@ -190,7 +198,8 @@ class AccumulatorMixin:
                              [ir.Constant(I32, k + half) for k in range(half)])
             v_lo, v_hi = b.shuffle_vector(vec, vec, lo), b.shuffle_vector(vec, vec, hi)
             if pos is None:
-                vec = COMBINE[u.combiner](self.ops(half), dt, v_lo, v_hi, u.fast_math)
+                vec = COMBINE[u.combiner](self.ops(half), dt, v_lo, v_hi,
+                                          vector_flags(u.combiner, u.fast_math))
             else:
                 p_lo, p_hi = b.shuffle_vector(pos, pos, lo), b.shuffle_vector(pos, pos, hi)
                 better = _better(self.ops(half), dt, u.combiner, v_hi, v_lo, p_hi, p_lo)

@@ -55,8 +55,10 @@ def row_accumulators(stage):
     if red is None or red.combiner not in ("max", "min", "sum") or red.dtype.kind != "f" or \
             not stage.loops or not stage.loops[-1].is_reduction:
         return None
-    if red.combiner == "sum" and not d.indices:
-        return None         # a total adds blocks from zero (blocked_sums.py), for accuracy
+    if red.combiner == "sum" and (not d.indices or red.dtype.itemsize < 4):
+        # a total adds blocks from zero (blocked_sums.py), for accuracy; float16 sums
+        # were not measured
+        return None
     try:
         reduction_strategy(stage.state, "vector_accumulator")    # refused: nothing to do
     except ScheduleError:

@@ -179,7 +179,9 @@ def _hoist_guard(node):
     if not isinstance(guard, Guard) or guard.note or guard.choice or \
             node.var in sym.sympify(guard.cond).free_symbols:
         return node
-    return guard.replace(body=(node.replace(body=guard.body),))
+    # (again on the loop: a guard nested in this one that does not test v moves out
+    # too, so that one pass is the whole rewrite and planning stays idempotent)
+    return guard.replace(body=(_hoist_guard(node.replace(body=guard.body)),))
 
 
 def _is_tile(node):

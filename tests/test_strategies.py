@@ -733,3 +733,26 @@ def test_auto_float_row_sums_use_the_vector_accumulator_from_256_and_sum_in_its_
                     eps = np.finfo(dtype).eps
                     np.testing.assert_allclose(f(*args), want, rtol=0,
                                                atol=8 * eps * n ** 0.5 * max(1, abs(want).max()))
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_float_sums_of_every_strategy_carry_no_fast_math_flags(strategy):
+    """ops.vector_flags: the sums (and row dot products, as explicit FMAs) of every
+    strategy's vector code, its peeled remainder and its loop for strided rows have no
+    fast-math flags, so quick and optimized code agree (tiers.same_values); against
+    numpy on contiguous and strided rows."""
+    from tex.backends.llvm import tiers
+    i, j = tex.indices("i j")
+    X, Y = tex.tensor("X", (M, N), "float32"), tex.tensor("Y", (M, N), "float32")
+    rng = np.random.default_rng(5)
+    for body, operands in [(X[i, j], 1), (X[i, j] * Y[i, j], 2)]:
+        S = tex.compute("S", (i,), tex.sum(body, over=j))
+        s = tex.schedule(S)
+        s[S].reduction_strategy(strategy)
+        f = tex.compile(s)
+        for view in (lambda a: a[:, :301], lambda a: a[:, ::2]):
+            args = [view(rng.standard_normal((33, 603)).astype(np.float32))
+                    for _ in range(operands)]
+            want = np.prod([a.astype(np.float64) for a in args], axis=0).sum(axis=1)
+            np.testing.assert_allclose(f(*args), want, rtol=0, atol=1e-4 * max(1, abs(want).max()))
+            assert tiers.same_values(f._sig.built.make_ir()), (strategy, body)

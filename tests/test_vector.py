@@ -700,3 +700,32 @@ def test_a_transposed_vector_loop_with_a_masked_or_guarded_tail_compiles(tail):
         b = rng.standard_normal((kk, n)).astype(np.float32)
         np.testing.assert_allclose(product(np.asfortranarray(a), b), a @ b, rtol=1e-5,
                                    atol=1e-4)
+
+
+def test_a_guard_that_does_not_test_its_tile_loop_moves_out_of_it_in_one_pass():
+    """vectorize._hoist_guard: `for u (unrolled): for v (vector): if a: if b: S`, a and b
+    free of u and v, becomes `if a: if b: for u: for v: S` in one bottom-up pass (the
+    rows of a partial register tile are tested once a row, not once a vector), and a
+    second pass changes nothing; a guard that tests its loop stays inside it."""
+    import tex.symbolic as tsym
+    from tex.scheduler.ir import Buffer, Guard, Loop, LoopKind, Scope, Store, map_nest
+    from tex.scheduler.vectorize import _hoist_guard
+    v, u, a, b = (tsym.Symbol(n, integer=True) for n in "vuab")
+    out = Store(Buffer("O", (8, 16), np.dtype("float32"), Scope.OUTPUT), (u, v), 0)
+
+    def tile(inner):
+        return Loop(u, 8, (Loop(v, 16, inner, LoopKind.VECTOR),), LoopKind.UNROLLED)
+
+    def shape(n):
+        if isinstance(n, Loop):
+            return (n.var.name, n.kind.value, tuple(shape(c) for c in n.body))
+        if isinstance(n, Guard):
+            return (str(n.cond), tuple(shape(c) for c in n.body))
+        return "S"
+    nest = tile((Guard(a > 0, (Guard(b > 0, (out,)),)),))
+    once = map_nest(nest, _hoist_guard)
+    assert shape(once) == ("a > 0", (("b > 0", (shape(tile((out,))),)),))
+    assert shape(map_nest(once, _hoist_guard)) == shape(once)
+    moving = tile((Guard(u + b > 3, (Guard(v < a, (out,)),)),))
+    assert shape(map_nest(moving, _hoist_guard)) == \
+        ("u", "unrolled", (("b + u > 3", (("v", "vector", (("v < a", ("S",)),)),)),))

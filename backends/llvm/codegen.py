@@ -101,8 +101,8 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         self.tests_steps = False
         self.reductions_around = 0      # reduction loops around the code being emitted
         self.pairing = None      # (variable, k, k + 1) while a pair of steps is emitted
-        # while a vector loop's scalar remainder is emitted: its sums take the vector
-        # code's flags (ops.vector_flags), so the loop sums in one order at any level
+        # while a vector loop's scalar remainder (or its loop for steps other than one)
+        # is emitted: its sums take the vector code's flags (summing_as_vectors)
         self.vector_tail = False
 
     # ------------------------------------------------------------ functions
@@ -363,6 +363,17 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         if self.pairing is not None:        # both steps of a pair (pairs.py)
             return self.b.add(*at_both_steps(self, lambda: self.value(update.value)))
         return self.value(update.value, contract=self._flags(update))
+
+    @contextmanager
+    def summing_as_vectors(self):
+        """Scalar code of a vector loop (its peeled remainder, its loop for steps other
+        than one): its sums take the vector code's flags (ops.vector_flags), so the loop
+        sums in one order, tex's, at any optimization level."""
+        outer, self.vector_tail = self.vector_tail, True
+        try:
+            yield
+        finally:
+            self.vector_tail = outer
 
     def _flags(self, update):
         """Whether the update's combine (and value) take the fast-math flags."""

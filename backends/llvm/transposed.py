@@ -10,7 +10,7 @@ from tex.combiners import COMBINERS
 from ...scheduler.ir import Update
 from ...scheduler.vector_plan import affine_coefficient, itemsize
 from .irtypes import I1, I32, I64, PTR, memory_type, self_referential, splat_constant, type_suffix
-from .ops import COMBINE
+from .ops import COMBINE, vector_flags
 from .vector import VectorLoop, vector_pointer
 
 
@@ -163,12 +163,12 @@ class TransposedLoop(VectorLoop):
             cg.env[j] = b.add(jb, ir.Constant(I64, c))
             self.override = {key: v[c] for key, v in cols.items()}
             vals.append(self.reduced_value(u, mask))
-        combine = COMBINE[u.combiner]
+        combine, fast = COMBINE[u.combiner], vector_flags(u.combiner, u.fast_math)
         while len(vals) > 1:
-            vals = [combine(self.ops(), dt, vals[t], vals[t + 1], u.fast_math)
+            vals = [combine(self.ops(), dt, vals[t], vals[t + 1], fast)
                     for t in range(0, len(vals), 2)]
         acc = self._read(u.buffer, u.index, mask)
-        self._write(u.buffer, u.index, combine(self.ops(), dt, acc, vals[0], u.fast_math), mask)
+        self._write(u.buffer, u.index, combine(self.ops(), dt, acc, vals[0], fast), mask)
         del cg.env[self.var]
 
     def _serial(self, start, stop, step, body, name):

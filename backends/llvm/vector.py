@@ -310,8 +310,9 @@ class VectorLoop(AccumulatorMixin):
         an access at a variable offset would keep the tile out of registers in the
         vector version too."""
         local = any(buf.scope is Scope.LOCAL for buf, _ in self.plan.moving)
-        if not (local and self.cg.straight_line(self.loop)):
-            self.cg._serial_loop(self.loop, start, end)
+        with self.cg.summing_as_vectors():
+            if not (local and self.cg.straight_line(self.loop)):
+                self.cg._serial_loop(self.loop, start, end)
 
     def access_step(self, buf, index):
         """The step in elements of buf[index] when the loop variable grows by one: an int
@@ -386,11 +387,8 @@ class VectorLoop(AccumulatorMixin):
             md = cg.module.add_metadata([ir.MetaDataString(cg.module,
                                                            "llvm.loop.vectorize.enable"),
                                          ir.Constant(I1, 0)])
-            outer, cg.vector_tail = cg.vector_tail, True
-            try:
+            with cg.summing_as_vectors():
                 cg._serial_loop(self.loop, main_end, end, self_referential(cg.module, md))
-            finally:
-                cg.vector_tail = outer
 
     @property
     def masked_tail(self):

@@ -32,11 +32,11 @@ SUM_MIN_LENGTH = 256
 
 def row_accumulators(stage):
     """A float row max, min or sum (the reduction loop innermost; a sum with an output
-    index: a total's blocked sum stays, blocked_sums.py): the vector
-    accumulator for rows of at least one pass of it (W x U elements; a sum
-    SUM_MIN_LENGTH; a specialization when the length is symbolic). LLVM's vectorized loop takes
-    64 float32 a step and leaves the rest of the row to a scalar loop; the accumulator's
-    last pass is a vector. Returns the handles that the rest of the auto schedule goes
+    index, float32 or float64: a total keeps its blocked sum, blocked_sums.py): the
+    vector accumulator for rows of at least one pass of it (W x U elements; a sum
+    SUM_MIN_LENGTH; a specialization when the length is symbolic). LLVM's vectorized
+    loop takes 64 float32 a step and leaves the rest of the row to a scalar loop; the
+    accumulator's last pass is a vector. Returns the handles that the rest of the auto schedule goes
     on with (the specialization and the stage), or None when nothing was done. Max and
     min, measured on Zen 5, 2 threads, float32 | float64, interleaved: 8192 x 100 125 ->
     61 | 88 -> 54 us, 1000 x 1000 47 -> 26 | 84 -> 46; rows a multiple of 64 long alike
@@ -47,18 +47,16 @@ def row_accumulators(stage):
     1.01 | 1.30, 2048 x 512 1.00 | 1.14, 4096 x 256 0.99 | 1.07, 256 x 256 0.98 | 0.99;
     rows of 77 to 200 0.77-0.98 | 0.97-1.19; AVX2 code (znver3's, 1 thread) 0.85-0.87
     on rows of 128 and 200, 0.96-1.01 from 256 on; float64 0.97-1.01, 4096 x 4096 1.16.
-    So a sum starts at 256 elements. Its code
-    sums in tex's order (ops.vector_flags), so its first calls can run quick code
-    (backends/llvm/tiers.py) where LLVM's reassociated loop could not."""
+    So a sum starts at 256 elements. Its code sums in tex's order (ops.vector_flags), so
+    its first calls can run quick code (backends/llvm/tiers.py) where LLVM's
+    reassociated loop could not."""
     d = stage.definition
     red = d.reduction
     if red is None or red.combiner not in ("max", "min", "sum") or red.dtype.kind != "f" or \
             not stage.loops or not stage.loops[-1].is_reduction:
         return None
     if red.combiner == "sum" and (not d.indices or red.dtype.itemsize < 4):
-        # a total adds blocks from zero (blocked_sums.py), for accuracy; float16 sums
-        # were not measured
-        return None
+        return None               # (float16 sums were not measured)
     try:
         reduction_strategy(stage.state, "vector_accumulator")    # refused: nothing to do
     except ScheduleError:

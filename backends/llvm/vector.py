@@ -447,9 +447,7 @@ class VectorLoop(AccumulatorMixin):
             self._write(s.buffer, s.index, b.add(acc, pad), None)
             return
         if s.arg is None and self._fuses(s, dt):
-            a, m = (self.value(v, mask) for v in s.value.args)
-            fma = self.ops().intrinsic("fma", dt, 3)
-            self._write(s.buffer, s.index, b.call(fma, [a, m, acc]), mask)
+            self._write(s.buffer, s.index, self._fma(s, acc, mask), mask)
             return
         x = self.reduced_value(s, mask)
         if s.arg is None:
@@ -468,6 +466,11 @@ class VectorLoop(AccumulatorMixin):
         best = COMBINE[s.combiner[3:]](self.ops(), dt, acc, x, s.fast_math)
         self._write(s.buffer, s.index, best, mask)
         self._write(s.arg.buffer, s.arg.index, b.select(better, pos, acc_pos), mask)
+
+    def _fma(self, s, acc, mask):
+        """acc + the product `s` sums (a `_fuses` update), as one llvm.fma."""
+        a, m = (self.value(v, mask) for v in s.value.args)
+        return self.cg.b.call(self.ops().intrinsic("fma", s.buffer.dtype, 3), [a, m, acc])
 
     def _fuses(self, s, dt):
         """Whether the fast-math sum `s` of products (a register tile's update) is

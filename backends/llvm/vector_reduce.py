@@ -127,8 +127,7 @@ class AccumulatorMixin:
             b.store(b.add(acc, self._dot(self.plan.vnni[id(u)], mask)), slot)
             return
         if u.arg is None and self._fuses(u, dt):       # a row dot product: explicit FMAs
-            a, m = (self.value(v, mask) for v in u.value.args)
-            new = b.call(self.ops().intrinsic("fma", dt, 3), [a, m, acc])
+            new = self._fma(u, acc, mask)
             b.store(new if mask is None else b.select(mask, new, acc), slot)
             return
         x = self.reduced_value(u, mask)

@@ -39,7 +39,7 @@ from .ops import COMBINE, OPS, _better, increasing_better, vector_flags
 from .pairs import at_both_steps, emit_paired_loop, pairs_steps
 from .parallel import ParallelMixin
 from .transposed import emit_transposed
-from .vector import emit_vector_loop, unit_steps_test
+from .vector import emit_vector_loop, fused_product, unit_steps_test
 
 MAX_STRAIGHT_LINE = 64                  # constant loops up to this count may be emitted flat
 
@@ -344,6 +344,13 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         b = self.b
         ptr = self.address(s.buffer, s.index)
         acc = self._load(ptr, s.buffer.dtype)
+        if s.arg is None and self.vector_tail and self.pairing is None and \
+                fused_product(s, s.buffer.dtype):
+            # as the vector lanes compute it (VectorLoop._fma)
+            a, m = (self.value(v) for v in s.value.args)
+            fma = self.ops().intrinsic("fma", s.buffer.dtype, 3)
+            self._store(ptr, b.call(fma, [a, m, acc]), s.buffer.dtype)
+            return
         x = self.reduced_value(s)
         if s.arg is None:
             self._store(ptr, COMBINE[s.combiner](self.ops(), s.buffer.dtype, acc, x,

@@ -189,6 +189,21 @@ def emit_vector_loop(cg, loop, start, end):
     VectorLoop(cg, loop, loop.plan).emit(start, end)
 
 
+def fused_product(s, dt):
+    """Whether the fast-math sum `s` of products (a register tile's update, a row dot
+    product, and their scalar remainder) is written as llvm.fma, with no fast-math
+    flags: the code LLVM made of a product with `contract` and a sum with `reassoc
+    contract` (vfmadd), and the same values from a light compile (tiers.same_values),
+    which makes no FMA of flagged operations."""
+    from ...scheduler.target import target
+    v = s.value
+    return (s.combiner == "sum" and s.fast_math and np.dtype(dt).kind == "f"
+            and np.dtype(dt).itemsize >= 4
+            and isinstance(v, Op) and v.name == "multiply" and len(v.args) == 2
+            and all(a.dtype == dt for a in v.args) and v.dtype == dt
+            and target().has("fma"))
+
+
 class VectorLoop(AccumulatorMixin):
     """Emits one planned vector loop through the Codegen `cg` (its builder, env, memory)."""
 
@@ -473,18 +488,9 @@ class VectorLoop(AccumulatorMixin):
         return self.cg.b.call(self.ops().intrinsic("fma", s.buffer.dtype, 3), [a, m, acc])
 
     def _fuses(self, s, dt):
-        """Whether the fast-math sum `s` of products (a register tile's update) is
-        written as llvm.fma, with no fast-math flags: the code LLVM made of a product
-        with `contract` and a sum with `reassoc contract` (vfmadd), and the same values
-        from a light compile (tiers.same_values), which makes no FMA of flagged
-        operations."""
-        from ...scheduler.target import target
-        v = s.value
-        return (s.combiner == "sum" and s.fast_math and self.cg.pairing is None
-                and np.dtype(dt).kind == "f" and np.dtype(dt).itemsize >= 4
-                and isinstance(v, Op) and v.name == "multiply" and len(v.args) == 2
-                and all(a.dtype == dt for a in v.args) and v.dtype == dt
-                and target().has("fma"))
+        """Whether the update `s` is written as llvm.fma (fused_product), outside the
+        steps of a pair."""
+        return self.cg.pairing is None and fused_product(s, dt)
 
     # ------------------------------------------------------------ values
     def reduced_value(self, update, mask):

@@ -731,12 +731,14 @@ def test_a_build_emits_only_what_its_nests_read():
     assert first.count("call ptr @\"tex_rt_take\"") < takes
 
 
-def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
+def test_a_chain_builds_the_choices_of_each_stage_its_calls_need(monkeypatch):
     """Two products in one kernel (E = (A @ B) @ D), each stage with specializations: a
     call needs one choice of each stage; a new combination builds its choices next to
     the other stage's (never a ping-pong between builds that each lack one), and calls
-    alternating between combinations run the builds they need."""
-    from tex.backends.llvm import codegen
+    alternating between combinations run the builds they need: they switch between
+    builds until their switches have cost what one build of every choice so far costs
+    (builds.SWITCH_S, NEST_BUILD_S), then get that build."""
+    from tex.backends.llvm import builds as kernel_builds, codegen
     i, j, k, l = tex.indices("i j k l")
     L = tex.sizes("L")
     A, B = tex.tensor("A", (M, K), "float32"), tex.tensor("B", (K, N), "float32")
@@ -748,8 +750,10 @@ def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
     rng = np.random.default_rng(11)
     shapes = [(64, 5, 70, 65), (2, 5, 70, 3), (64, 9, 3, 65), (1, 3, 2, 65), (64, 5, 70, 65),
               (2, 5, 70, 3), (3, 64, 64, 1)]
-    builds = []
-    for _ in range(2):
+    builds, switches = [], []
+    for rounds in range(4):
+        if rounds == 2:        # from now on a switch costs as much as a nest's build
+            monkeypatch.setattr(kernel_builds, "SWITCH_S", kernel_builds.NEST_BUILD_S)
         for m, kk, n, ll in shapes:
             a = rng.standard_normal((m, kk)).astype(np.float32)
             b = rng.standard_normal((kk, n)).astype(np.float32)
@@ -757,11 +761,14 @@ def test_a_chain_builds_the_choices_of_each_stage_its_calls_need():
             want = (a.astype(np.float64) @ b @ d).astype(np.float32)
             np.testing.assert_allclose(f(a, b, d), want, rtol=1e-4, atol=1e-4 * kk * n)
         builds.append(len(f._sig.builds))
+        switches.append(f._sig.switches)
     # at most a build per combination of choices (and the first, empty one: tex.compile
-    # builds nothing before a call), all made in the first round; the calls that kept
-    # switching builds got one build of every choice so far
+    # builds nothing before a call), all made in the first round; the second switches
     assert builds[0] <= len(set(shapes)) + 1 and len(f._sig.deferred) < n_choices
-    assert builds[1] <= builds[0] + 1 and not f._sig.built.deferred - f._sig.deferred
+    assert builds[1] == builds[0] and switches[1] >= switches[0] + len(shapes) - 1
+    # the switches that cost what a build of all costs got it (once: it has them all)
+    assert builds[2] == builds[1] + 1 and builds[3] == builds[2]
+    assert not f._sig.built.deferred - f._sig.deferred
 
 
 def test_tex_compile_builds_at_the_first_call_what_the_call_runs():

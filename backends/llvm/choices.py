@@ -57,23 +57,12 @@ def call_values(kernel, inputs, params):
 def decider(kernel):
     """`not_taken_at(values)`: not_taken(kernel, values) for one call's `call_values`,
     as generated Python (a condition it cannot write goes to sympy)."""
-    conds = [sym.sympify(g.cond) for g in codegen.choices(kernel)]
-    symbols = sorted(set().union(*(c.free_symbols for c in conds)), key=str)
-    names = {s: f"_v[_s{k}]" for k, s in enumerate(symbols)}
-    scope = {f"_s{k}": s for k, s in enumerate(symbols)}
-    tests = []
-    for n, c in enumerate(conds):
-        try:
-            tests.append(pycond(c, names))
-        except NotImplementedError:
-            scope[f"_c{n}"] = c
-            tests.append(f"(_at(_c{n}, _v) is not _false)")
-    scope.update(_at=_at, _false=sym.false)
-    src = ("def not_taken_at(_v):\n"
-           "    return frozenset(n for n, held in enumerate((" +
-           "".join(f"{t}, " for t in tests) + ")) if not held)\n")
-    exec(builtins.compile(src, "<tex choices>", "exec"), scope)
-    fast = scope["not_taken_at"]
+    conds = tuple(sym.sympify(g.cond) for g in codegen.choices(kernel))
+    fast = _deciders.get(conds)
+    if fast is None:
+        fast = _deciders[conds] = _generated_decider(conds)
+        while len(_deciders) > MAX_DECIDERS:
+            del _deciders[next(iter(_deciders))]
 
     def not_taken_at(values):
         try:
@@ -81,6 +70,55 @@ def decider(kernel):
         except (KeyError, TypeError, ZeroDivisionError):   # a value missing, a size of 0
             return _not_taken_by_substitution(kernel, values)   # decided, or kept
     return not_taken_at
+
+
+# the generated functions by their conditions: a kernel's build and its call path ask
+# for the same ones (the skeleton's conditions are the kernel's)
+_deciders = {}
+MAX_DECIDERS = 256
+
+
+def _generated_decider(conds):
+    """The Python function of `decider` for these conditions: each distinct part of them
+    a local, computed once (a choice's condition holds that no earlier one did, so they
+    repeat each other: a matmul's 13 as nested expressions were 9.5 KB of source,
+    whose compile took 5 of the 10 ms the decider cost its first call)."""
+    symbols = sorted(set().union(*(c.free_symbols for c in conds)), key=str)
+    names = {s: f"_v[_s{k}]" for k, s in enumerate(symbols)}
+    scope = {f"_s{k}": s for k, s in enumerate(symbols)}
+    lines, parts, tests = [], {}, []
+
+    def part(c):
+        if c is sym.true or c is sym.false:
+            return str(bool(c))
+        known = parts.get(c)
+        if known is not None:
+            return known
+        if isinstance(c, (sym.And, sym.Or)):
+            joint = " and " if isinstance(c, sym.And) else " or "
+            text = joint.join(part(a) for a in c.args)
+        elif isinstance(c, sym.Not):
+            text = f"not {part(c.args[0])}"
+        else:
+            op = RELATIONS.get(type(c))
+            if op is None:
+                raise NotImplementedError(f"condition {c} ({type(c).__name__})")
+            text = f"{pyexpr(c.lhs, names)} {op} {pyexpr(c.rhs, names)}"
+        name = parts[c] = f"_p{len(parts)}"
+        lines.append(f"    {name} = {text}\n")
+        return name
+    for n, c in enumerate(conds):
+        try:
+            tests.append(part(c))
+        except NotImplementedError:
+            scope[f"_c{n}"] = c
+            tests.append(f"(_at(_c{n}, _v) is not _false)")
+    scope.update(_at=_at, _false=sym.false)
+    src = ("def not_taken_at(_v):\n" + "".join(lines) +
+           "    return frozenset(n for n, held in enumerate((" +
+           "".join(f"{t}, " for t in tests) + ")) if not held)\n")
+    exec(builtins.compile(src, "<tex choices>", "exec"), scope)
+    return scope["not_taken_at"]
 
 
 def pycond(c, names):

@@ -721,6 +721,41 @@ def test_the_nests_a_build_leaves_out_are_those_substitution_finds_not_taken():
             choices._not_taken_by_substitution(kernel, calls[:3])
 
 
+def _holds(cond, values):
+    """`cond` at `values` as Python's `and`/`or` reach its parts (a part after one that
+    decides is not evaluated): the reference for the generated deciders."""
+    if isinstance(cond, sp.And):
+        return all(_holds(c, values) for c in cond.args)
+    if isinstance(cond, sp.Or):
+        return any(_holds(c, values) for c in cond.args)
+    if isinstance(cond, sp.Not):
+        return not _holds(cond.args[0], values)
+    return bool(cond.xreplace({s: sp.Integer(v) for s, v in values.items()}))
+
+
+@pytest.mark.parametrize("condition", ["K >= 1 and N // K >= 4", "K == 0 or N % K == 0",
+                                       "M >= 8 and (K == 0 or N % K != 0)"])
+def test_a_decider_divides_by_a_size_only_where_its_condition_does(condition):
+    """A specialization whose condition divides by a size that may be 0, written so that
+    the division is reached only where the size is not: choices.decider's generated
+    Python, which computes the parts conditions share once, keeps that division where
+    `and`/`or` reach it, so a call with K = 0 decides its nest (no fallback, no nest
+    built for nothing)."""
+    from tex.backends.llvm import choices, codegen
+    s = tex.schedule(matmul("float32"))
+    s["C"].specialize(condition)
+    kernel = tex.compile(s).kernel
+    conds = tuple(g.cond for g in codegen.choices(kernel))
+    generated = choices._generated_decider(conds)
+    for m in (1, 8, 64):
+        for n in (0, 1, 3, 8, 12):
+            for kk in (0, 1, 2, 3, 4):
+                call = {M: m, N: n, K: kk}
+                want = frozenset(x for x, c in enumerate(conds) if not _holds(c, call))
+                assert generated(call) == want, call
+                assert choices.not_taken(kernel, call) == want, call
+
+
 def test_a_build_emits_only_what_its_nests_read():
     """A split-K partial that one specialization alone uses is taken inside that nest (a
     build that leaves the nest out emits nothing for it). Results are the differential

@@ -5,6 +5,7 @@ left out gets STATUS_DEFERRED, and the call's choices, one a stage, are decided 
 from its sizes and parameters, by generated Python (`decider`: microseconds, where
 sympy took 2.5 ms), at build time (`not_taken`) and at a call."""
 import builtins
+import threading
 
 import tex.symbolic as sym
 
@@ -58,11 +59,14 @@ def decider(kernel):
     """`not_taken_at(values)`: not_taken(kernel, values) for one call's `call_values`,
     as generated Python (a condition it cannot write goes to sympy)."""
     conds = tuple(sym.sympify(g.cond) for g in codegen.choices(kernel))
-    fast = _deciders.get(conds)
+    with _deciders_lock:
+        fast = _deciders.get(conds)
     if fast is None:
-        fast = _deciders[conds] = _generated_decider(conds)
-        while len(_deciders) > MAX_DECIDERS:
-            del _deciders[next(iter(_deciders))]
+        fast = _generated_decider(conds)      # (two threads may both make it: one kept)
+        with _deciders_lock:
+            fast = _deciders.setdefault(conds, fast)
+            while len(_deciders) > MAX_DECIDERS:
+                del _deciders[next(iter(_deciders))]
 
     def not_taken_at(values):
         try:
@@ -75,6 +79,7 @@ def decider(kernel):
 # the generated functions by their conditions: a kernel's build and its call path ask
 # for the same ones (the skeleton's conditions are the kernel's)
 _deciders = {}
+_deciders_lock = threading.Lock()
 MAX_DECIDERS = 256
 
 
@@ -82,7 +87,9 @@ def _generated_decider(conds):
     """The Python function of `decider` for these conditions: each distinct part of them
     a local, computed once (a choice's condition holds that no earlier one did, so they
     repeat each other: a matmul's 13 as nested expressions were 9.5 KB of source,
-    whose compile took 5 of the 10 ms the decider cost its first call)."""
+    whose compile took 5 of the 10 ms the decider cost its first call). A part that
+    divides by a size (`N % K == 0`, which K = 0 makes raise) stays inside its
+    condition, written where `and`/`or` reach it only as the condition would."""
     symbols = sorted(set().union(*(c.free_symbols for c in conds)), key=str)
     names = {s: f"_v[_s{k}]" for k, s in enumerate(symbols)}
     scope = {f"_s{k}": s for k, s in enumerate(symbols)}
@@ -96,21 +103,26 @@ def _generated_decider(conds):
             return known
         if isinstance(c, (sym.And, sym.Or)):
             joint = " and " if isinstance(c, sym.And) else " or "
-            text = joint.join(part(a) for a in c.args)
+            text = "(" + joint.join(part(a) for a in c.args) + ")"
         elif isinstance(c, sym.Not):
-            text = f"not {part(c.args[0])}"
+            text = f"(not {part(c.args[0])})"
         else:
             op = RELATIONS.get(type(c))
             if op is None:
                 raise NotImplementedError(f"condition {c} ({type(c).__name__})")
-            text = f"{pyexpr(c.lhs, names)} {op} {pyexpr(c.rhs, names)}"
+            text = f"({pyexpr(c.lhs, names)} {op} {pyexpr(c.rhs, names)})"
+        if _divides_by_a_size(c):
+            return text
         name = parts[c] = f"_p{len(parts)}"
         lines.append(f"    {name} = {text}\n")
         return name
     for n, c in enumerate(conds):
+        written = len(lines), dict(parts)
         try:
             tests.append(part(c))
         except NotImplementedError:
+            del lines[written[0]:]          # (its parts written so far go too)
+            parts = written[1]
             scope[f"_c{n}"] = c
             tests.append(f"(_at(_c{n}, _v) is not _false)")
     scope.update(_at=_at, _false=sym.false)
@@ -119,6 +131,18 @@ def _generated_decider(conds):
            "".join(f"{t}, " for t in tests) + ")) if not held)\n")
     exec(builtins.compile(src, "<tex choices>", "exec"), scope)
     return scope["not_taken_at"]
+
+
+def _divides_by_a_size(c):
+    """Whether condition `c` divides by something other than a number somewhere (its
+    value may raise ZeroDivisionError where the sizes make that divisor 0)."""
+    for node in sym.preorder_traversal(c):
+        if isinstance(node, (sym.Mod, CeilDiv)) and not sym.sympify(node.args[1]).is_number:
+            return True
+        if isinstance(node, (sym.floor, sym.ceiling)) and \
+                not sym.numer_denom(node.args[0])[1].is_number:
+            return True
+    return False
 
 
 def pycond(c, names):

@@ -3,7 +3,6 @@ through: here what the rest of the suite does not reach -- page protections, unm
 a missing symbol, a relocation it does not know, a damaged file -- on objects LLVM
 compiles for the test."""
 import ctypes
-import gc
 import os
 import struct
 import subprocess

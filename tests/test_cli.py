@@ -20,7 +20,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path_factory.mktemp("kernel-cache")))
+    # one thread: with more, the timing harness waits 0.25 s before each sample for
+    # OpenBLAS's spinning threads to sleep (tex/bench/harness.py SETTLE_S): 5-6 s of
+    # each timed command here, whose output is the same but for its figures
+    env = dict(os.environ, TEX_CACHE_DIR=str(tmp_path_factory.mktemp("kernel-cache")),
+               TEX_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
     def run(*args, cwd=ROOT):
         proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env,

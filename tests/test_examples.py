@@ -1,4 +1,5 @@
 """The examples run and check themselves against numpy."""
+import os
 import re
 import subprocess
 import sys
@@ -17,8 +18,12 @@ def test_split_k_example_small():
 
 
 def test_innermost_reduction_example_small():
+    # one thread: with more, the timing harness waits 0.25 s before each sample for
+    # OpenBLAS's spinning threads to sleep (tex/bench/harness.py SETTLE_S), 10 of this
+    # run's 11 s; the output checked here is the same
     run = subprocess.run([sys.executable, str(EXAMPLES / "innermost_reduction.py"), "--small"],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TEX_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr
     out = run.stdout
     for strategy in ("inner_parallel", "inner_reduction", "vector_accumulator"):

@@ -419,12 +419,19 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         The straight-line micro-kernel and its write-back repeat the same index
         arithmetic for every row and vector; emitting it once keeps the IR (and LLVM's
         time on it) small."""
-        hit = self._block_values.get(key)
-        if hit is not None and self.b.dominates(hit[0], self.b.block):
-            return hit[1]
+        hit = self.reused(key)
+        if hit is not None:
+            return hit
         value = make()
         self._block_values[key] = (self.b.block, value)
         return value
+
+    def reused(self, key):
+        """The value `_reuse(key, ...)` would give without making one, or None."""
+        hit = self._block_values.get(key)
+        if hit is not None and self.b.dominates(hit[0], self.b.block):
+            return hit[1]
+        return None
 
     def _bound(self, exprs):
         """The current values of the symbols `exprs` read, for a `_reuse` key."""

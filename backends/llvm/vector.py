@@ -109,7 +109,7 @@ import numpy as np
 import tex.symbolic as sym
 from llvmlite import ir
 
-from tex.expr import Access, IndexValue, Op
+from tex.expr import Access, IndexValue, Op, negation
 
 from ...scheduler.ir import Guard, Loop, LoopKind, Scope, Store, VectorTail, symbols_of, walk
 from ...scheduler.vector_plan import (VectorPlan, access_key, affine_coefficient, itemsize,
@@ -565,8 +565,14 @@ class VectorLoop(AccumulatorMixin):
         if isinstance(c, sym.Not):
             return b.not_(self._lane_condition(c.args[0]))
         # the lanes of one relation: the same for every unrolled row of a register tile
-        # whose mask is (row inside) & (lanes inside), so made once per chunk
-        return cg._reuse(("lanes", self.w, c, cg._bound([c])), lambda: self._lanes(c))
+        # whose mask is (row inside) & (lanes inside), so made once per chunk; those of
+        # its opposite made already (a packed copy's padding: `if not inside: 0`) are
+        # inverted
+        def make():
+            opposite = negation(c)
+            known = cg.reused(("lanes", self.w, opposite, cg._bound([opposite])))
+            return self._lanes(c) if known is None else b.not_(known)
+        return cg._reuse(("lanes", self.w, c, cg._bound([c])), make)
 
     def _lanes(self, c):
         b = self.cg.b

@@ -249,6 +249,11 @@ class StageHandle:
                                     f"{sched._fused[x].into.name}'s epilogue (fused); "
                                     f"s.unfuse({x.name!r}) first")
         _check_one_level(sched, d, cons)
+        if self.specializations:
+            raise ScheduleError(f"compute_at: stage {d.name} has specialized schedules "
+                                f"(specialize, or the auto schedule of a contraction); inside "
+                                f"{cons.name} it is computed by one nest only, and they would "
+                                "be dropped: compute_at before specializing")
         var = cons._var("compute_at", at)
         if cons.specializations or isinstance(cons, Specialization):
             base = cons.parent if isinstance(cons, Specialization) else cons
@@ -305,6 +310,11 @@ class StageHandle:
         when something first needs it (its state, its steps, its nest in a build;
         see Specialization) rather than now; `params`: the parameters it adds (AutoParts),
         which the kernel's signature needs before."""
+        if self.definition in self.sched._hosted_by:
+            raise ScheduleError(f"specialize: stage {self.name} is computed inside "
+                                f"{self.sched._hosted_by[self.definition].name} "
+                                "(compute_at), by one nest only: a specialization of it would "
+                                "never run")
         known = set(self.sched.program.sizes) | set(self.sched.program.params) | {
             x for st in self.sched.stages for x in st.params() if isinstance(x, Param)}
         cond = self._condition(condition, known) if isinstance(condition, str) else \

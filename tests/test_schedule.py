@@ -628,6 +628,31 @@ def test_messages_of_schedule_steps_name_what_the_user_wrote():
         s2.fuse(E, at=k)
 
 
+def test_a_specialized_producer_is_not_computed_inside_a_consumer():
+    """compute_at computes a producer by one nest, inside its consumer's loop: a
+    producer with specializations (its own, or the auto schedule's) is refused, and so is
+    a specialization of a producer already inside a consumer; neither was dropped
+    silently. A schedule that keeps to it runs and agrees with numpy."""
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(E)
+    s[D].specialize("M >= 8")
+    with pytest.raises(tex.ScheduleError, match="^compute_at: stage D has specialized "
+                                                "schedules .* compute_at before specializing"):
+        s[D].compute_at(s[E], i)
+    s = tex.schedule(E)
+    s[D].compute_at(s[E], i)
+    with pytest.raises(tex.ScheduleError, match="^specialize: stage D is computed inside E"):
+        s[D].specialize("M >= 8")
+    s[E].specialize("M >= 8")           # the consumer's own specializations are its own
+    f = tex.compile(s)
+    rng = np.random.default_rng(5)
+    for m in (3, 9):
+        a = rng.standard_normal((m, 5)).astype(np.float32)
+        b = rng.standard_normal((5, 7)).astype(np.float32)
+        want = (np.maximum(a @ b, 0) + 1).sum(axis=1)
+        np.testing.assert_allclose(f(a, b), want, rtol=1e-4, atol=1e-4)
+
+
 def test_unrolling_thousands_of_iterations_is_refused():
     i = tex.indices("i")
     X = tex.tensor("X", (4096,))

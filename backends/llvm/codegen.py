@@ -191,8 +191,10 @@ class Codegen(MemoryMixin, ParallelMixin, BoundsMixin):
         for node in walk(k):
             chain = [g for g in getattr(node, "body", ()) if isinstance(g, Guard)
                      and g.choice is not None]
-            if not any(id(g) in self.deferred for g in chain):
+            last = max((n for n, g in enumerate(chain) if id(g) in self.deferred), default=None)
+            if last is None:
                 continue
+            chain = chain[:last + 1]        # (the choices after it are all built)
             known = b.dominated(self.fn.append_basic_block("choice.known"))
             for g in chain:
                 own = g.cond if g.shown is None else g.shown

@@ -93,6 +93,21 @@ def test_half_precision_floor_division_rounds_once():
         np.testing.assert_array_equal(md(h, g), h % g)
 
 
+def test_half_precision_floor_division_in_a_vectorized_reduction():
+    """tex's own vector loop of a reduction computes the half divmod on vectors (it
+    once widened them as if scalars: an LLVM type error at the build)."""
+    H, G = tex.tensor("H", (N, M), "float16"), tex.tensor("G", (N, M), "float16")
+    rng = np.random.default_rng(2)
+    h = rng.uniform(-300, 300, (5, 333)).astype(np.float16)
+    g = rng.uniform(-1, 1, (5, 333)).astype(np.float16)
+    g[0, :3] = 0
+    with np.errstate(all="ignore"):
+        for reduce, ref in ((tex.argmax, np.argmax), (tex.max, np.max)):
+            for op in (lambda a, b: a // b, lambda a, b: a % b):
+                f = tex.compute("r", (i,), reduce(op(H[i, j], G[i, j]), over=j))
+                np.testing.assert_array_equal(f(h, g), ref(op(h, g), axis=1))
+
+
 def test_initial_is_cast_to_the_reductions_dtype():
     Y = tex.tensor("Y", (N, M), "int8")
     X = tex.tensor("X", (N, M), "float32")

@@ -118,10 +118,11 @@ def _divmod_op(which):
         if dt == np.float16:
             # numpy's npy_half_divmod: in single precision, rounded once to half (in
             # half precision the quotient is rounded before it is floored: 1 ulp off)
-            single = ir.FloatType()
-            wide = _float_divmod(cg, np.dtype("float32"), cg.b.fpext(a, single),
-                                 cg.b.fpext(d, single))[which]
-            return cg.b.fptrunc(wide, a.type)
+            # (a and d may be vectors: cast_value keeps their lanes)
+            single = np.dtype("float32")
+            wide = _float_divmod(cg, single, cast_value(cg, a, dt, single),
+                                 cast_value(cg, d, dt, single))[which]
+            return cast_value(cg, wide, single, dt)
         if _kind(dt) == "float":
             return _float_divmod(cg, dt, a, d)[which]
         return _zero_guarded(cg, dt, d, lambda safe: _int_divmod(cg, dt, a, safe)[which])

@@ -206,7 +206,7 @@ class Upgrade:
         with _state:
             self.result, self.error, self.state, self.ir_text = result, error, "done", None
         self.done.set()
-        if error is not None:
+        if error is not None and not _exiting:     # (not the compiler ended at exit)
             try:
                 warnings.warn(f"tex: the optimized compile of {self.symbol} failed, so "
                               f"it keeps running its quickly compiled code: {error}",

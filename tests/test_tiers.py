@@ -78,26 +78,18 @@ def test_a_call_after_the_upgrade_runs_the_optimized_code(tiered):
     assert f._sig.built.upgrade is None and f._sig.built.address != quick.address
 
 
-
-@pytest.mark.parametrize("interactive", [False, True])
-def test_an_upgrade_is_queued_at_the_second_call_or_at_once_in_a_notebook(
-        tiered, monkeypatch, interactive):
-    """A script's kernel called once never needs its optimized code; a notebook's cores
-    idle between cells, so its upgrade starts at once (the third call finds it done)."""
-    monkeypatch.setattr(tiers.warmup, "interactive", lambda: interactive)
-    queued = []
-
-    def submit(upgrade):        # (held here: no thread compiles it)
-        upgrade.submitted = True
-        queued.append(upgrade)
-    monkeypatch.setattr(tiers, "_submit", submit)
+def test_a_first_call_too_large_for_quick_code_runs_optimized_code(held):
+    """An elementwise kernel's sizes are not known when tex.compile compiles it, nor a
+    matmul's specializations: quick code first, and a first call too large for it runs
+    the optimized code (compiled for it)."""
+    x = RNG.standard_normal((2048, 1025), np.float32)
     f = tex.compile(scaled(_unique()))
-    x = RNG.standard_normal((5, 9), np.float32)
-    f(x)
-    upgrade = f._sig.built.upgrade
-    assert queued == ([upgrade] if interactive else [])
     np.testing.assert_array_equal(f(x), x * np.float32(3) + np.float32(1))
-    assert queued == [upgrade] and f._sig.built.upgrade is upgrade    # quick code, still
+    assert f._sig.built.upgrade is None
+    a = RNG.standard_normal((512, 512), np.float32)
+    g = tex.compile(matmul(_unique()))
+    np.testing.assert_allclose(g(a, a), a @ a, rtol=1e-3, atol=1e-3)
+    assert g._sig.built.upgrade is None
 
 
 def test_a_failed_optimized_compile_warns_and_keeps_the_quick_code(held, monkeypatch):
@@ -299,15 +291,13 @@ def test_math_functions_count_in_the_cost_of_quick_code(held):
 
 
 def test_a_new_process_loads_the_optimized_code_the_last_one_cached(tmp_path):
-    """A process that ran a kernel once leaves its optimized code on disk at exit (its
-    upgrade, never queued: one call, is compiled then); the next process loads it and
-    compiles nothing."""
+    """A process that ran a kernel once leaves its optimized code on disk at exit (the
+    upgrade under way is finished); the next process loads it and compiles nothing."""
     script = """
         import numpy as np, tex
-        from tex.backends.llvm import jit, tiers
+        from tex.backends.llvm import jit
         a = np.ones((40, 30), np.float32)
         assert np.allclose(tex.einsum("ik,kj->ij", a, a.T), 30)
-        assert not tiers._queue and not [u for u in tiers._every if u.submitted]
         print(dict(jit.STATS))
     """
     first = _run(script, {"TEX_CACHE_DIR": str(tmp_path)})

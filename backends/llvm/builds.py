@@ -128,7 +128,6 @@ class Signature:
 
         def gate(*args):
             if not built.upgrade.done.is_set():
-                built.upgrade.called()
                 values = call_values(built.kernel, args[:n_in], args[n_arrays:])
                 if self._defers(built, values) or next(allowed, None) is not None and \
                         tiers.small_enough(tiers.quick_cost(self.program, values,

@@ -7,10 +7,10 @@ fast instruction selection and register allocation: `Machine.light_object`) take
 quarter of that time, and its code runs 2-20x slower: nothing for a first call of a
 256^2 matmul (1 ms instead of 0.2), too much for a 2048^2 one. So a kernel whose first
 call is small (`quick_cost`: its work, estimated from the sizes, would run in a few
-milliseconds even so) is compiled lightly first; its optimized compile (`Upgrade`) is
-queued at its second call (at once in a notebook: QUEUE_AT_CALL) and runs on a thread
-in a compiler process of its own, so it neither holds llvmlite's lock (which
-serializes every LLVM call of this process) nor delays the caller's next compile. The kernel's calls switch to the optimized code as soon as
+milliseconds even so) is compiled lightly first; its optimized compile is queued at
+once (`Upgrade`) and runs on a thread in a compiler process of its own, so it neither
+holds llvmlite's lock (which serializes every LLVM call of this process) nor delays
+the caller's next compile. The kernel's calls switch to the optimized code as soon as
 it is linked; before that, its first QUICK_CALLS small calls run the quick code and
 any other waits for it (and compiles it itself when no thread has started it), so a
 loop of calls, a benchmark after its warm-up, runs optimized code after a few calls.
@@ -25,9 +25,8 @@ from the next ones, and a long float32 sum would be less accurate. `TEX_TIERED=1
 optimized at once, as before this module.
 
 Only optimized code reaches the disk cache, under the kernel's usual key: a new
-process never loads quick code. An exiting process compiles its upgrades, those not
-yet queued too (and caches them), for up to EXIT_WAIT seconds and drops the rest: the
-next run of a script that called a kernel once loads its optimized code.
+process never loads quick code. An exiting process finishes its upgrades (and caches
+them) for up to EXIT_WAIT seconds and drops the rest.
 """
 import atexit
 import collections
@@ -40,7 +39,7 @@ import weakref
 
 from . import elf, jit
 from .diskcache import STATS, pack_objects, unpack_objects, write_cached
-from ... import forksafe, warmup
+from ... import forksafe
 from ...expr import Op, walk
 from ...scheduler.target import overriding, target as current_target
 
@@ -56,12 +55,6 @@ NS_PER_MATH_CALL = 40.0
 MATH_CALLS = frozenset({"exp", "log", "tanh", "erf", "expm1", "log1p", "sin", "cos",
                         "power"})
 MAX_QUEUED = 32         # upgrades waiting for the thread; older ones run when called
-# the call of a kernel's quick code that queues its upgrade (`Upgrade.called`), outside an
-# interactive session, which queues it at once (its cores idle between cells: the third
-# call finds it done); a script's or a test's kernel called once never needs it (a run of
-# the test suite: 1320 of 2136 quick kernels were called once, 197 twice, and 1514
-# upgrades were compiled, 686 of them used), and one called more runs it a call later
-QUEUE_AT_CALL = 2
 # calls of a kernel that may run its quick code before one waits for the optimized code:
 # an einsum's contraction path may call one kernel for two steps (a first `ij,jk,kl->il`
 # that waited at its second step took 590-645 ms instead of 460-490); more would leave
@@ -154,15 +147,7 @@ class Upgrade:
         self.error = None       # why it could not be compiled (the quick code stays)
         self.state = "queued"   # -> "running" -> "done"
         self.runner = None      # (process id, thread) compiling it
-        self.calls = 0          # calls of the quick code so far (`called`)
-        self.submitted = False  # given to the upgrade thread (`_submit`)
         _every.add(self)
-
-    def called(self):
-        """Count a call of the quick code: the QUEUE_AT_CALL'th queues the compile."""
-        self.calls += 1
-        if self.calls >= QUEUE_AT_CALL and not self.submitted:
-            _submit(self)
 
     def _claim(self):
         """Take the compile: queued, or left by a runner that is gone (a thread that
@@ -245,8 +230,7 @@ def load(key, symbol, make_ir, large=False, before_link=None):
     """(address, image, upgrade) of the kernel `key`: its optimized code when memory or
     the disk has it, or when its quick code could compute other values (`mode`,
     `same_values`; upgrade None), else quick code, compiled here, and the Upgrade that
-    replaces it (queued for the upgrade thread at once in an interactive session, else
-    at its second call: Upgrade.called). (Two threads asking at once for a new
+    replaces it (queued for the upgrade thread). (Two threads asking at once for a new
     kernel may both compile its quick code; one is used.)"""
     hit = jit.load_key(key, symbol, None, before_link=before_link)
     if hit is not None:
@@ -278,8 +262,7 @@ def load(key, symbol, make_ir, large=False, before_link=None):
                                    Upgrade(key, symbol, ir_text, machine))
             while len(_quick) > jit.kernel_cache_size():
                 del _quick[next(iter(_quick))]    # (its functions keep their own)
-            if warmup.interactive():
-                _submit(entry[2])
+            _submit(entry[2])
     return entry
 
 
@@ -295,7 +278,6 @@ _exiting = []
 
 def _submit(upgrade):
     with _wake:
-        upgrade.submitted = True
         _queue.append(upgrade)
         while len(_queue) > MAX_QUEUED:
             _queue.popleft()            # compiled when a call needs it (Upgrade.wait)
@@ -350,15 +332,9 @@ def _compiler(machine):
 
 @atexit.register
 def _finish_at_exit():
-    """Let the upgrades under way, queued and not yet queued (kernels called once)
-    reach the disk cache, for EXIT_WAIT seconds at most: the next run of a script loads
-    them (the rest are dropped)."""
+    """Let the upgrades under way and queued reach the disk cache, for EXIT_WAIT
+    seconds at most: the next run of a script loads them (the rest are dropped)."""
     deadline = time.monotonic() + EXIT_WAIT
-    with jit._lock:
-        waiting = [entry[2] for entry in reversed(_quick.values())
-                   if not entry[2].submitted and not entry[2].done.is_set()]
-    for upgrade in waiting[:MAX_QUEUED]:        # (the latest kernels first)
-        _submit(upgrade)
     while time.monotonic() < deadline:
         with _wake:
             pending = [u for u in _running + list(_queue) if not u.done.is_set()]
@@ -383,7 +359,6 @@ def _after_fork_in_child():
     for upgrade in list(_every):
         if upgrade.state == "running":
             upgrade.state = "queued"
-        upgrade.submitted = False       # (the parent's queue is not the child's)
         upgrade.done._cond._at_fork_reinit()    # (a thread of the parent may have held it)
 
 

@@ -271,8 +271,35 @@ def test_a_compiler_process_that_cannot_run_does_not_fail_a_large_kernel(monkeyp
     text = "define i64 @tex_test_alone(i64 %x) {\n  %y = add i64 %x, 3\n  ret i64 %y\n}\n"
     monkeypatch.setattr(split, "split_module", lambda t: [t, t.replace("alone", "other")])
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    monkeypatch.setattr(jit, "_compiler", [])
+    monkeypatch.setattr(jit, "_compilers", {})
     monkeypatch.setitem(jit.STATS, "compiled", 0)     # whole, it would compile here
     objs = jit.compile_module(text)
     assert len(objs) == 1
     assert elf.Image(objs).address("tex_test_alone")
+
+
+def test_code_for_two_targets_in_turn_keeps_a_compiler_process_for_each(monkeypatch):
+    """Modules for the host and for an AVX2 target in turn (the suite's AVX2 tests, a
+    block under TEX_CPU) are compiled by one process a target, started once each, not
+    by a new process at each switch."""
+    from tex.scheduler.target import named, overriding
+    started = []
+    start = jit.CompilerProcess.__init__
+
+    def counted(self, machine):
+        started.append(machine.cpu)
+        start(self, machine)
+    monkeypatch.setattr(jit.CompilerProcess, "__init__", counted)
+    monkeypatch.setattr(jit, "_compilers", {})
+    monkeypatch.setitem(jit.STATS, "compiled", jit.IN_PROCESS_COMPILES)  # (not in here)
+    text = "define i64 @tex_test_turns(i64 %x) {\n  %y = add i64 %x, 3\n  ret i64 %y\n}\n"
+    try:
+        for _ in range(3):
+            for cpu in (None, "haswell"):
+                with overriding(named(cpu) if cpu else None):
+                    assert elf.Image([jit.compile_object(text)]).address("tex_test_turns")
+        assert sorted(started) == sorted([jit.Machine.get().cpu, "haswell"])
+        assert len(jit._compilers) == 2
+    finally:
+        for process in jit._compilers.values():
+            process.close()

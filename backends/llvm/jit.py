@@ -354,7 +354,12 @@ class CompilerProcess:
         self.errors.close()
 
 
-_compiler = []           # the running CompilerProcess, if any
+# the running CompilerProcesses, one a target ((cpu, features): a process compiles for
+# the target it was started for), the latest used last: code for two targets in turn
+# (tests of the AVX2 paths beside the host's, TEX_CPU set for a block) started a new
+# process at each switch, ~120 ms of CPU each (a run of the test suite started 163)
+_compilers = {}
+MAX_COMPILER_PROCESSES = 3
 # the first modules of a process are optimized in it: a short session never waits
 # ~60 ms for the compiler process to start, and leaks at most this many x ~100 KB
 IN_PROCESS_COMPILES = 32
@@ -364,8 +369,8 @@ IN_PROCESS_COMPILES = 32
 def _close_compiler():
     """End the compiler process with this one (after tiers.py's upgrades: atexit runs
     its handlers last registered first)."""
-    while _compiler:
-        _compiler.pop().close_at_exit()
+    while _compilers:
+        _compilers.popitem()[1].close_at_exit()
 
 
 def _compiler_process(started=False):
@@ -377,18 +382,23 @@ def _compiler_process(started=False):
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None
     machine = Machine.get()
-    if _compiler and (_compiler[0].spent() or (_compiler[0].cpu, _compiler[0].features)
-                      != (machine.cpu, machine.features)):
-        _compiler.pop().close()
-    if not _compiler:
+    target = (machine.cpu, machine.features)
+    process = _compilers.pop(target, None)
+    if process is not None and process.spent():
+        process.close()
+        process = None
+    if process is None:
         try:
-            _compiler.append(CompilerProcess(machine))
+            process = CompilerProcess(machine)
         except OSError as err:
             warnings.warn(f"tex: cannot start the compiler process ({err}); compiling in "
                           "this process", RuntimeWarning, stacklevel=3)
             os.environ["TEX_COMPILE_IN_PROCESS"] = "1"
             return None
-    return _compiler[0]
+    _compilers[target] = process
+    while len(_compilers) > MAX_COMPILER_PROCESSES:
+        _compilers.pop(next(iter(_compilers))).close()      # (the least recently used)
+    return process
 
 
 def _llvm_lock():
@@ -425,7 +435,7 @@ def _after_fork_in_child():
     _after_fork()
     # the child shares the parent's pipes: it must start a compiler of its own; and a
     # compile ahead on the parent's warm-up thread never ends here
-    _compiler.clear()
+    _compilers.clear()
     _prebuilt.clear()
 
 

@@ -686,8 +686,9 @@ def test_a_kernel_built_for_one_call_builds_other_specializations_when_called(dt
         # a new choice is a build of its own: the nests built before are not rebuilt
         assert all(len(b.deferred) == n_choices - 1 for b in f._sig.builds)
     assert len(seen) <= n_choices and len(f._sig.builds) == len(seen)
-    full = runtime.compile(matmul(dtype), sizes=runtime.EVERY)
-    assert not full._sig.built.deferred
+    if dtype == "float32":      # (every nest of a matmul: seconds of LLVM, once is enough)
+        full = runtime.compile(matmul(dtype), sizes=runtime.EVERY)
+        assert not full._sig.built.deferred
 
 
 def test_the_nests_a_build_leaves_out_are_those_substitution_finds_not_taken():

@@ -367,17 +367,18 @@ IN_PROCESS_COMPILES = 32
 
 @atexit.register
 def _close_compiler():
-    """End the compiler process with this one (after tiers.py's upgrades: atexit runs
+    """End the compiler processes with this one (after tiers.py's upgrades: atexit runs
     its handlers last registered first)."""
     while _compilers:
         _compilers.popitem()[1].close_at_exit()
 
 
 def _compiler_process(started=False):
-    """The compiler process, (re)started as needed; None when this module is compiled
-    in this process: among its first IN_PROCESS_COMPILES (unless `started`: a split
-    module's second half, `compile_module`), with TEX_COMPILE_IN_PROCESS=1, or when a
-    child process cannot be started."""
+    """The compiler process of the current target, (re)started as needed (one a
+    target: `_compilers`); None when this module is compiled in this process: among its
+    first IN_PROCESS_COMPILES (unless `started`: a split module's second half,
+    `compile_module`), with TEX_COMPILE_IN_PROCESS=1, or when a child process cannot be
+    started."""
     if (STATS["compiled"] <= IN_PROCESS_COMPILES and not started) or \
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None

@@ -5,6 +5,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -90,6 +91,32 @@ def test_a_first_call_too_large_for_quick_code_runs_optimized_code(held):
     g = tex.compile(matmul(_unique()))
     np.testing.assert_allclose(g(a, a), a @ a, rtol=1e-3, atol=1e-3)
     assert g._sig.built.upgrade is None
+
+
+def test_an_upgrade_whose_compiler_process_another_thread_retired_compiles_anyway(
+        held, monkeypatch):
+    """Two threads compile upgrades (the upgrade thread, a call that waits): one may
+    retire the spent compiler process just after the other was handed it. That one's
+    request then meets a closed process: it asks for a new one, and does not warn."""
+    handed = []
+    real = tiers._compiler
+
+    def retired_once(machine):
+        process = real(machine)
+        if not handed and process is not None:
+            process.close()                 # (what the other thread's replacement does)
+        handed.append(process)
+        return process
+    monkeypatch.setattr(tiers, "_compiler", retired_once)
+    f = tex.compile(scaled(_unique()))
+    x = RNG.standard_normal((5, 9), np.float32)
+    f(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f._sig.built.upgrade.wait()
+    assert len(handed) == 2 and handed[0].closed() and not handed[1].closed()
+    np.testing.assert_array_equal(f(x), x * np.float32(3) + np.float32(1))
+    assert f._sig.built.upgrade is None
 
 
 def test_a_failed_optimized_compile_warns_and_keeps_the_quick_code(held, monkeypatch):

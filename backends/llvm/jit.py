@@ -287,6 +287,10 @@ class CompilerProcess:
         # (another target's compile, tiers.py's upgrades) ends after that reply
         self.lock = threading.RLock()
 
+    def closed(self):
+        """Whether close() or kill() ended it (a request then fails at once)."""
+        return self.errors.closed
+
     def spent(self):
         """Whether to start a new one: it died, or compiled MAX_COMPILES modules."""
         return self.compiles >= self.MAX_COMPILES or self.proc.poll() is not None

@@ -199,6 +199,18 @@ class Upgrade:
             except Exception:       # warnings as errors: the quick code stays all the same
                 pass
 
+    def _compiled(self):
+        """The module's objects from the upgrades' compiler process; again from a new
+        one when another thread retired this one (spent: `_compiler`) between handing
+        it out and the request (a closed process; seen once in the test suite)."""
+        near = _compiler(self.machine)
+        try:
+            return jit.compile_module(self.ir_text, near=near)
+        except jit.CompileError:
+            if near is None or not near.closed():
+                raise
+        return jit.compile_module(self.ir_text, near=_compiler(self.machine))
+
     def _compile(self):
         """The optimized object, in the disk cache and linked: (address, image); what
         memory or the disk has, when a call too large for quick code compiled it."""
@@ -210,7 +222,7 @@ class Upgrade:
         with overriding(self.target):
             # a large module's halves at once: one in the upgrades' compiler process,
             # one in the caller's (jit.compile_module)
-            obj = pack_objects(jit.compile_module(self.ir_text, near=_compiler(self.machine)))
+            obj = pack_objects(self._compiled())
         with jit._lock:
             write_cached(self.key, obj, "kernel")
             hit = jit._memory.get(self.key)

@@ -207,7 +207,7 @@ class Upgrade:
         try:
             return jit.compile_module(self.ir_text, near=near)
         except jit.CompileError:
-            if near is None or not near.closed():
+            if near is None or not near.closed() or _exiting:   # (the exit closed it)
                 raise
         return jit.compile_module(self.ir_text, near=_compiler(self.machine))
 

@@ -386,23 +386,30 @@ def _compiler_process(started=False):
     if (STATS["compiled"] <= IN_PROCESS_COMPILES and not started) or \
             os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None
-    machine = Machine.get()
+    try:
+        return process_for(_compilers, Machine.get(), MAX_COMPILER_PROCESSES)
+    except OSError as err:
+        warnings.warn(f"tex: cannot start the compiler process ({err}); compiling in "
+                      "this process", RuntimeWarning, stacklevel=3)
+        os.environ["TEX_COMPILE_IN_PROCESS"] = "1"
+        return None
+
+
+def process_for(processes, machine, limit=None):
+    """The CompilerProcess of `machine`'s target in `processes` ({(cpu, features):
+    process}, the latest used last), started when it has none or its own is spent;
+    beyond `limit` processes the least recently used is closed. Raises OSError when
+    no process can start."""
     target = (machine.cpu, machine.features)
-    process = _compilers.pop(target, None)
+    process = processes.pop(target, None)
     if process is not None and process.spent():
-        process.close()
+        process.close()             # (after a reply another thread awaits)
         process = None
     if process is None:
-        try:
-            process = CompilerProcess(machine)
-        except OSError as err:
-            warnings.warn(f"tex: cannot start the compiler process ({err}); compiling in "
-                          "this process", RuntimeWarning, stacklevel=3)
-            os.environ["TEX_COMPILE_IN_PROCESS"] = "1"
-            return None
-    _compilers[target] = process
-    while len(_compilers) > MAX_COMPILER_PROCESSES:
-        _compilers.pop(next(iter(_compilers))).close()      # (the least recently used)
+        process = CompilerProcess(machine)
+    processes[target] = process
+    while limit is not None and len(processes) > limit:
+        processes.pop(next(iter(processes))).close()
     return process
 
 

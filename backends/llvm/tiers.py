@@ -327,19 +327,11 @@ def _compiler(machine):
     in this process) with TEX_COMPILE_IN_PROCESS=1 or when no process can start."""
     if os.environ.get("TEX_COMPILE_IN_PROCESS") == "1":
         return None                 # (jit.compile_module then compiles here)
-    target = (machine.cpu, machine.features)
     with _state:
-        process = _compilers.get(target)
-        if process is not None and process.spent():
-            del _compilers[target]
-            process.close()         # (after a reply another thread awaits)
-            process = None
-        if process is None:
-            try:
-                process = _compilers[target] = jit.CompilerProcess(machine)
-            except OSError:         # no process can start: compiled here
-                return None
-        return process
+        try:
+            return jit.process_for(_compilers, machine)
+        except OSError:             # no process can start: compiled here
+            return None
 
 
 @atexit.register

@@ -80,12 +80,21 @@ def optimize(llvm, machine, text):
     return mod
 
 
-def optimize_light(llvm, machine, text):
+def optimize_light(llvm, machine, text, combine=True):
     """Parse, verify and run the few passes that code written for clarity needs (calls
     marked alwaysinline inlined, values out of allocas into registers, instructions
     combined, the control flow simplified): for code that is not hot (the thread
     runtime), where the O1 pipeline's loop passes, repeated combining and cleanup cost
-    ten times as long for nothing measurable."""
+    ten times as long for nothing measurable.
+
+    combine=False leaves InstCombine out: a kernel's quick code (tiers.py), where it was
+    42% of the light compile (137 quick modules of the einsum conformance run: 4.6 ->
+    2.7 s of CPU; a 256^2 matmul's register-tile module 61 -> 29 ms, since LLVM's fast
+    instruction selection also takes less time on the uncombined IR) and the code ran
+    as fast (matmuls f32/f64/int8, batched, elementwise with exp, transposed and
+    strided, row sums: each built both ways in one process, alternated, within 3%,
+    elementwise 7-10% faster without it), bit for bit the same results. The thread
+    runtime keeps it (its code spins and waits; 1 ms of its ~13)."""
     mod = llvm.parse_assembly(text, context=llvm.create_context())
     mod.triple = llvm.get_process_triple()
     mod.data_layout = str(machine.target_data)
@@ -94,7 +103,8 @@ def optimize_light(llvm, machine, text):
     passes = llvm.create_new_module_pass_manager()
     passes.add_always_inliner_pass()
     passes.add_sroa_pass()
-    passes.add_instruction_combine_pass()
+    if combine:
+        passes.add_instruction_combine_pass()
     passes.add_simplify_cfg_pass()
     passes.run(mod, pb)
     return mod

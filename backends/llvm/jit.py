@@ -117,7 +117,7 @@ class Machine:
         return self.llvm_target.create_target_machine(cpu=self.cpu, features=self.features,
                                                       opt=opt, codemodel="jitdefault")
 
-    def light_object(self, ir_text):
+    def light_object(self, ir_text, combine=True):
         """Object code from a light pipeline (compile_worker.optimize_light) and LLVM's
         fast instruction selection and register allocation (codegen level 0), on a
         target machine of its own (a warm-up thread compiles the thread runtime while
@@ -126,10 +126,12 @@ class Machine:
         ms of a cold first call's LLVM time here (Emerald Rapids), this takes about 20,
         and parallel regions run no slower (repeated 400^2 .. 2048^2 elementwise
         products and row sums on 2 threads, A/B within noise). And for a kernel's
-        quick code (tiers.py)."""
+        quick code (tiers.py), without InstCombine (combine=False:
+        compile_worker.optimize_light says why)."""
         from . import compile_worker
         machine = self.new_machine(opt=0)
-        return machine.emit_object(compile_worker.optimize_light(_llvm(), machine, ir_text))
+        return machine.emit_object(compile_worker.optimize_light(_llvm(), machine, ir_text,
+                                                                 combine))
 
     @classmethod
     def get(cls, target=None):

@@ -254,7 +254,7 @@ def load(key, symbol, make_ir, large=False, before_link=None):
             ir_text = make_ir()
             quick = mode() == "always" or same_values(ir_text)
             if quick:
-                obj = machine.light_object(ir_text)
+                obj = machine.light_object(ir_text, combine=False)
                 STATS["compiled_quick"] += 1
     if entry is not None:
         return entry

@@ -138,8 +138,9 @@ def _ufunc(name):
 
 OPS = {name: _ufunc(name) for name in (
     "add", "subtract", "multiply", "true_divide", "negative", "absolute", "invert",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "less", "less_equal", "greater",
-    "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_not",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift", "less",
+    "less_equal", "greater", "greater_equal", "equal", "not_equal", "logical_and",
+    "logical_or", "logical_not",
     "maximum", "minimum", "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil",
     "rint", "sign", "isnan", "isfinite", "log1p", "expm1")}
 OPS.update({

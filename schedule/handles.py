@@ -178,7 +178,8 @@ class StageHandle:
         """Split `loop` into an outer loop over blocks of `factor` iterations and an inner
         one within a block: returns their handles (named `io`, `ii` for `i`). `factor`
         need not divide the extent: `tail` "peel" shortens the last block, "guard" runs
-        whole blocks with each iteration past the end skipped."""
+        whole blocks with each iteration past the end skipped, "mask" as "guard" for an
+        inner loop then vectorized (its guard becomes a mask on the vector lanes)."""
         var = self._var("split", loop)
         factor = _python_int(factor)
         state, outer, inner = P.split(self.state, var, factor, P.Tail.parse(tail))

@@ -20,7 +20,7 @@ _INFIX = {"add": "+", "subtract": "-", "multiply": "*", "true_divide": "/",
           "floor_divide": "//", "remainder": "%", "power": "**", "less": "<",
           "less_equal": "<=", "greater": ">", "greater_equal": ">=", "equal": "==",
           "not_equal": "!=", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^",
-          "logical_and": "and", "logical_or": "or"}
+          "left_shift": "<<", "right_shift": ">>", "logical_and": "and", "logical_or": "or"}
 _UPDATE = {"sum": "+=", "prod": "*="}
 
 
@@ -142,6 +142,14 @@ _PART_RULES = {"split_k": "the parts of a split reduction",
                "threads": "the parts the threads share the column blocks in"}
 
 
+def _whole_vectors(loop):
+    """Whether a vector loop runs a constant number of whole vectors (the inner loop of
+    a split by a multiple of its lanes): no tail to name."""
+    extent, plan = loop.extent, loop.plan
+    step = plan.width * plan.unroll if plan is not None else 0
+    return bool(step) and getattr(extent, "is_Integer", False) and int(extent) % step == 0
+
+
 def _emit(node, names, ind, lines):
     pad = "  " * ind
     if isinstance(node, Kernel):
@@ -157,7 +165,7 @@ def _emit(node, names, ind, lines):
         start = names.sym(node.start)
         end = names.sym(node.start + node.extent) if node.start != 0 else names.sym(node.extent)
         notes = [node.kind.value] if node.kind is not LoopKind.SERIAL else []
-        if node.kind is LoopKind.VECTOR:
+        if node.kind is LoopKind.VECTOR and not _whole_vectors(node):
             notes[-1] += f" ({node.tail.value} tail)"
         if node.plan is not None:
             notes.append(node.plan.describe())

@@ -180,6 +180,8 @@ BINARY = {
     "bitwise_and": (operator.and_, np.bitwise_and),
     "bitwise_or": (operator.or_, np.bitwise_or),
     "bitwise_xor": (operator.xor, np.bitwise_xor),
+    "left_shift": (operator.lshift, np.left_shift),     # counts beyond the width included
+    "right_shift": (operator.rshift, np.right_shift),
     "less": (operator.lt, np.less),
     "less_equal": (operator.le, np.less_equal),
     "greater": (operator.gt, np.greater),
@@ -267,14 +269,14 @@ def _indices_below_zero():
     x = tex.tensor("x", (N_,), "float64")
     out = []
     for index in (N_ - 10, N_ - 2**40):          # read before the buffer; the second crashed
-        with pytest.raises(tex.ShapeError, match="the index goes down to N - .* below 0"):
+        with pytest.raises(tex.ShapeError, match="compute last: tensor x, dimension 0: index N - .* goes down to N - .* below 0"):
             tex.compute("last", (), x[index])(x=np.arange(5.0))
     out.append(float(tex.compute("second_last", (), x[N_ - 2])(x=np.arange(5.0))))
     M_, K_ = tex.sizes("M K")
     X = tex.tensor("X", (M_, K_), "float64")
     y = tex.tensor("y", (M_,), "float64")
-    with pytest.raises(tex.ShapeError, match="tensor y, dimension 0: the index goes down to "
-                                             "1 - K = -2, below 0"):
+    with pytest.raises(tex.ShapeError, match="compute D: tensor y, dimension 0: index i - j "
+                                             "goes down to 1 - K = -2, below 0"):
         tex.compute("D", (i, j), X[i, j] * y[i - j])(X=np.ones((3, 3)), y=np.arange(3.0))
     y2 = tex.tensor("y2", (M_ + K_ - 1,), "float64")
     band = tex.compute("E", (i, j), X[i, j] * y2[i - j + K_ - 1])(X=np.ones((3, 4)),
@@ -688,6 +690,33 @@ def test_explicit_extent(n):
     differential(f, [a], a[:h] - a[h:2 * h])
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 64, 65, 1000])
+def test_decreasing_indices_read_backwards(n):
+    """An index with a negative coefficient (`x[N - 1 - j]`) reads the axis backwards:
+    its extent comes from the first element (j up to N here, (N + 1) // 2 for a step
+    of -2), in elementwise code, a reduction and both axes of a matrix."""
+    x = tex.tensor("x", (N,), "float32")
+    X = tex.tensor("X", (M, N), "float64")
+    a = np.random.default_rng(19).standard_normal(n).astype(np.float32)
+    b = np.random.default_rng(20).standard_normal((5, n))
+    differential(compiled("rev", lambda: tex.compute("Rv", (j,), x[N - 1 - j])), [a], a[::-1])
+    differential(compiled("rev2", lambda: tex.compute("Rv2", (j,), x[N - 1 - 2 * j] + 1)),
+                 [a], a[::-1][::2] + 1)
+    differential(compiled("flipdot", lambda: tex.compute(
+        "Fd", (), tex.sum(x[N - 1 - j] * x[j], over=j))), [a], np.dot(a[::-1], a),
+        rtol=1e-5, atol=1e-5 * n)
+    differential(compiled("rot180", lambda: tex.compute(
+        "R180", (i, j), X[M - 1 - i, N - 1 - j] - X[i, j])), [b], b[::-1, ::-1] - b)
+
+
+def test_a_decreasing_index_that_starts_past_the_end_is_refused_at_call_time():
+    x = tex.tensor("x", (N,), "float64")
+    f = compiled("pastend", lambda: tex.compute("Pe", (j,), x[N - j]))   # x[N] first
+    with pytest.raises(tex.ShapeError, match=r"^compute Pe: tensor x, dimension 0: index N - j "
+                                             r"reaches N = 4, past the end \(N = 4 elements\)$"):
+        f(np.ones(4))
+
+
 def test_explicit_extent_beyond_the_array_is_refused_at_call_time():
     jx = tex.indices("jx", extent=N)
     x = tex.tensor("x", (N,), "float64")
@@ -819,7 +848,8 @@ def _examples(n):
 EXACT_UNARY = {"negative": operator.neg, "absolute": tex.abs, "invert": operator.invert,
                "sqrt": tex.sqrt}
 EXACT_BINARY = ["add", "subtract", "multiply", "true_divide", "floor_divide", "remainder",
-                "power", "bitwise_and", "bitwise_or", "bitwise_xor", "less", "less_equal",
+                "power", "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift",
+                "right_shift", "less", "less_equal",
                 "greater", "equal", "not_equal", "maximum", "minimum"]
 ROOT_FUNCTIONS = {"exp": tex.exp, "log": tex.log, "tanh": tex.tanh, "erf": tex.erf,
                   "sigmoid": tex.sigmoid, "gelu": tex.gelu}
@@ -859,7 +889,10 @@ def random_programs(draw):
         if draw(st.integers(0, 4)) == 0:
             return draw(st.sampled_from(CONSTANTS))
         t = inputs[draw(st.integers(0, n_in - 1))]
-        return t[i, j] if t.ndim == 2 else t[j]
+        # now and then an axis read backwards (`x[N - 1 - j]`, a reversal)
+        ii = M - 1 - i if draw(st.integers(0, 5)) == 0 else i
+        jj = N - 1 - j if draw(st.integers(0, 5)) == 0 else j
+        return t[ii, jj] if t.ndim == 2 else t[jj]
 
     def node(depth):
         if depth == 0 or draw(st.integers(0, 3)) == 0:

@@ -33,6 +33,12 @@ def _programs():
         "gemm_rowmax": tex.compute("Rm", (i,), tex.max(tex.compute(
             "G", (i, j), tex.sum(A[i, k] * B[k, j], over=k))[i, j], over=j)),
         "min_rows_i8": tex.compute("Mn", (i,), tex.min(X[i, j], over=j)),
+        # decreasing indices (reversals): negative steps through every primitive
+        "reversed": tex.compute("Rv", (i, j), Y[i, N - 1 - j] * 2 - Y[M - 1 - i, j]),
+        "matmul_reversed_k": tex.compute("Ck", (i, j), tex.sum(A[i, K - 1 - k] * B[k, j],
+                                                               over=k)),
+        "flipped_dot_rows": tex.compute("Fd", (i,), tex.sum(Y[i, N - 1 - j] * Y[i, j],
+                                                            over=j)),
     }
 
 

@@ -50,6 +50,10 @@ class Expr:
     def __ror__(self, o): return op("bitwise_or", o, self)
     def __xor__(self, o): return op("bitwise_xor", self, o)
     def __rxor__(self, o): return op("bitwise_xor", o, self)
+    def __lshift__(self, o): return op("left_shift", self, o)
+    def __rlshift__(self, o): return op("left_shift", o, self)
+    def __rshift__(self, o): return op("right_shift", self, o)
+    def __rrshift__(self, o): return op("right_shift", o, self)
     def __lt__(self, o): return op("less", self, o)
     def __le__(self, o): return op("less_equal", self, o)
     def __gt__(self, o): return op("greater", self, o)
@@ -58,11 +62,10 @@ class Expr:
     def __ne__(self, o): return op("not_equal", self, o)
 
     def __bool__(self):
-        raise TypeError(
-            f"a tex expression has no truth value (here: {self!r}): for the larger or "
-            "smaller of two values use tex.maximum(a, b) or tex.minimum(a, b), not "
-            "Python's max()/min(); for a choice use tex.where(cond, a, b); combine "
-            "conditions with & and |, not `and`/`or`")
+        raise TypeError(f"a tex expression has no truth value (here: {self!r}): for the "
+                        "larger or smaller of two values use tex.maximum(a, b) or "
+                        "tex.minimum(a, b), not Python's max()/min(); for a choice use "
+                        "tex.where(cond, a, b); combine conditions with & and |, not `and`/`or`")
 
     def astype(self, dtype):
         return cast(self, dtype)
@@ -265,11 +268,10 @@ def _operand_dtype(e):
 _UFUNC_NAMES = {
     "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder", "power",
     "negative", "absolute", "invert", "bitwise_and", "bitwise_or", "bitwise_xor",
-    "less", "less_equal", "greater", "greater_equal", "equal", "not_equal",
-    "logical_and", "logical_or", "logical_not", "maximum", "minimum",
+    "left_shift", "right_shift", "less", "less_equal", "greater", "greater_equal", "equal",
+    "not_equal", "logical_and", "logical_or", "logical_not", "maximum", "minimum",
     "exp", "log", "sqrt", "tanh", "sin", "cos", "floor", "ceil", "rint", "sign",
-    "isnan", "isfinite", "log1p", "expm1",
-}
+    "isnan", "isfinite", "log1p", "expm1"}
 
 
 def op(name, *args):
@@ -645,7 +647,8 @@ def check_rank(tensor, index):
 _INFIX = {"less": ("<", 1), "less_equal": ("<=", 1), "greater": (">", 1),
           "greater_equal": (">=", 1), "equal": ("==", 1), "not_equal": ("!=", 1),
           "bitwise_or": ("|", 2), "logical_or": ("|", 2), "bitwise_xor": ("^", 3),
-          "bitwise_and": ("&", 4), "logical_and": ("&", 4), "add": ("+", 5),
+          "bitwise_and": ("&", 4), "logical_and": ("&", 4), "left_shift": ("<<", 4.5),
+          "right_shift": (">>", 4.5), "add": ("+", 5),
           "subtract": ("-", 5), "multiply": ("*", 6), "true_divide": ("/", 6),
           "floor_divide": ("//", 6), "remainder": ("%", 6), "power": ("**", 8)}
 _ATOM = 9

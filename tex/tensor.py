@@ -317,7 +317,12 @@ def _as_extent(d, where):
 
 
 def access_bound(coeff, offset, dim):
-    """The extent an index x may have so that `coeff*x + offset` stays inside [0, dim)."""
+    """The extent an index x may have so that `coeff*x + offset` stays inside [0, dim):
+    for a decreasing index (coeff < 0: `x[N - 1 - j]`, a reversal) the bound from 0
+    (that its first value, `offset`, is below `dim` is a check at call time unless it
+    holds for every size: access_checks)."""
+    if coeff < 0:
+        return sym.floor(offset / -coeff) + 1 if coeff != -1 else offset + 1
     return sym.floor((dim - offset - 1) / coeff) + 1 if coeff != 1 else dim - offset
 
 
@@ -350,10 +355,7 @@ def index_extents(where, expr, wanted):
             if offset.is_number and offset < 0:
                 raise ShapeError(f"{where_ix}: index {format_size(ix)} is negative at the "
                                  "start of its range")
-            if any(c <= 0 for c in coeffs.values()):
-                if len(coeffs) == 1:
-                    raise ShapeError(f"{where_ix}: index {ix} must increase with "
-                                     f"{next(iter(coeffs))}")
+            if len(coeffs) > 1 and any(c < 0 for c in coeffs.values()):
                 continue                # a difference of indices: checked at call time
             if len(coeffs) == 1:
                 (x, c), = coeffs.items()
@@ -389,7 +391,8 @@ def _intersect(bounds):
 
 def access_checks(defn):
     """Accesses whose bounds the inferred extents do not already imply, as (tensor, axis,
-    largest index value or None, smallest or None, dimension, extents of its indices):
+    largest index value or None, smallest or None, dimension, extents of its indices,
+    the index expression, the definition's name):
     checked at call time, the largest against the dimension, the smallest against 0 (a
     symbolic offset such as `x[N - 10]`, or a difference of indices such as `y[i - j]`)."""
     checks = []
@@ -409,13 +412,17 @@ def access_checks(defn):
                 (x, c), = coeffs.items()
                 bound = access_bound(c, offset, dim)
                 ext = defn.extents[x]
-                if c > 0 and (ext == bound or (isinstance(ext, sym.Min) and bound in ext.args)):
-                    largest = None
+                if ext == bound or (isinstance(ext, sym.Min) and bound in ext.args):
+                    if c > 0:
+                        largest = None
+                    else:
+                        smallest = None     # (its first value, `offset`: checked below)
             gap = sym.expand(dim - largest) if largest is not None else None
             if gap is not None and gap.is_number and gap > 0:
                 largest = None          # inside by construction (an inferred valid range)
             if largest is not None or smallest is not None:
-                checks.append((node.tensor, axis, largest, smallest, dim, exts))
+                checks.append((node.tensor, axis, largest, smallest, dim, exts, ix,
+                               defn.name))
     return checks
 
 

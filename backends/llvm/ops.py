@@ -240,6 +240,23 @@ def _invert(cg, e, a):
     return cg.b.not_(a)
 
 
+def _shift(left):
+    """numpy's left_shift / right_shift: the count read as unsigned, so that a count of
+    the type's width or more (or a negative one) shifts every bit out: 0, or -1 for a
+    negative signed value shifted right. LLVM's shl, ashr and lshr give poison there."""
+    def emit(cg, e, a, n):
+        kind, b = _kind(e.dtype), cg.b
+        if kind not in ("int", "uint"):
+            raise NotImplementedError(f"codegen: {e.name} on {e.dtype}")
+        width = np.dtype(e.dtype).itemsize * 8
+        beyond = b.icmp_unsigned(">=", n, ir.Constant(n.type, width))
+        if kind == "int" and not left:
+            return b.ashr(a, b.select(beyond, ir.Constant(n.type, width - 1), n))
+        shifted = b.shl(a, n) if left else b.lshr(a, n)
+        return b.select(beyond, ir.Constant(a.type, 0), shifted)
+    return emit
+
+
 def _minmax(float_name, int_name, uint_name, bool_op):
     def emit(cg, e, a, b):
         return combine_minmax(cg, e.dtype, a, b, float_name, int_name, uint_name, bool_op, ())
@@ -321,6 +338,8 @@ OPS = {
     "bitwise_and": _binary("and_", None, "and_"),
     "bitwise_or": _binary("or_", None, "or_"),
     "bitwise_xor": _binary("xor", None, "xor"),
+    "left_shift": _shift(left=True),
+    "right_shift": _shift(left=False),
     "less": _compare("<"),
     "less_equal": _compare("<="),
     "greater": _compare(">"),

@@ -402,17 +402,20 @@ def _make_caller(sig, variants=False):
         a = argnames[pos]
         L.append(f"    if _s{pos}_{axis} != {pyexpr(d, names)}: "
                  f"raise _dim_error(_sig, {pos}, {axis}, _s{pos}_{axis}, {pyexpr(d, names)})")
-    for n, (t, axis, largest, smallest, dim, exts) in enumerate(program.access_checks()):
+    for n, (t, axis, largest, smallest, dim, exts, ix, defn) in enumerate(
+            program.access_checks()):
         cond = " and ".join(f"{pyexpr(x, names)} > 0" for x in exts) or "True"
+        # (the user's names: the definition, the tensor, its index expression)
+        where = (f"compute {defn}: tensor {t.name}, dimension {axis}: index "
+                 f"{format_size(ix).replace('%', '%%')}")
         if largest is not None:
-            g[f"_acc_msg{n}"] = (f"tensor {t.name}, dimension {axis}: the index reaches "
-                                 f"{size_template(largest)}, past the end ({size_template(dim)})")
+            g[f"_acc_msg{n}"] = (f"{where} reaches {size_template(largest)}, past the end "
+                                 f"({size_template(dim)} elements)")
             L.append(f"    if {cond} and {pyexpr(largest, names)} >= {pyexpr(dim, names)}: "
                      f"raise _ShapeError(_acc_msg{n} % ({pyexpr(largest, names)}, "
                      f"{pyexpr(dim, names)}))")
         if smallest is not None:
-            g[f"_acc_low{n}"] = (f"tensor {t.name}, dimension {axis}: the index goes down "
-                                 f"to {size_template(smallest)}, below 0")
+            g[f"_acc_low{n}"] = (f"{where} goes down to {size_template(smallest)}, below 0")
             L.append(f"    if {cond} and {pyexpr(smallest, names)} < 0: "
                      f"raise _ShapeError(_acc_low{n} % ({pyexpr(smallest, names)},))")
     for d in program.definitions:

@@ -25,6 +25,8 @@ def random_array(rng, shape, dtype):
         return rng.integers(0, 6, shape).astype(dtype)
     if dtype.kind == "i":
         return rng.integers(-4, 5, shape).astype(dtype)
+    if dtype.kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
 
 
@@ -36,12 +38,15 @@ def assert_close(got, expected, subscripts, operands):
     if expected.dtype.kind in "biu":
         np.testing.assert_array_equal(got, expected)
         return
-    as64 = [np.asarray(op, dtype=np.float64) for op in operands]
+    # (complex operands and results: their magnitudes and the modulus of the error)
+    as64 = [np.abs(op).astype(np.float64) if np.iscomplexobj(op) else
+            np.asarray(op, dtype=np.float64) for op in operands]
     terms = np.einsum(subscripts, *[np.ones_like(a) for a in as64])
     magnitude = np.einsum(subscripts, *[np.abs(a) for a in as64])
     eps = np.finfo(expected.dtype).eps
     bound = 4 * eps * (terms + len(operands)) * magnitude + 4 * np.finfo(expected.dtype).tiny
-    error = np.abs(np.asarray(got, np.float64) - np.asarray(expected, np.float64))
+    wide = np.complex128 if expected.dtype.kind == "c" else np.float64
+    error = np.abs(np.asarray(got, wide) - np.asarray(expected, wide))
     assert np.all(error <= bound), f"max error {np.max(error)} above bound"
 
 
@@ -407,8 +412,56 @@ def test_size_mismatch_after_a_cached_call():
 
 
 def test_unsupported_dtype():
-    with pytest.raises(TypeError, match="complex128"):
-        tex.einsum("i,i", np.ones(3, complex), np.ones(3))
+    for dt in (np.longdouble, np.clongdouble):
+        if np.dtype(dt).itemsize > 8 * (2 if np.dtype(dt).kind == "c" else 1):
+            with pytest.raises(TypeError, match="does not support"):
+                tex.einsum("i,i", np.ones(3, dt), np.ones(3))
+
+
+COMPLEX_CASES = [
+    ("ik,kj->ij", [(5, 7), (7, 3)], ["complex128", "complex128"]),
+    ("ik,kj->ij", [(65, 63), (63, 17)], ["complex64", "complex64"]),
+    ("ik,kj", [(5, 7), (7, 3)], ["complex128", "float64"]),        # one real operand
+    ("ik,kj", [(5, 7), (7, 3)], ["int32", "complex64"]),           # -> complex128
+    ("i,i", [(7,), (7,)], ["complex64", "complex64"]),             # a numpy scalar
+    ("ii", [(4, 4)], ["complex128"]),
+    ("ij,jk,kl->il", [(4, 5), (5, 6), (6, 3)], ["complex128"] * 3),   # eight real terms
+    ("...i,...i->...", [(2, 3, 4), (3, 4)], ["complex128", "complex128"]),
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)], ["complex64", "complex64"]),
+    ("i,j->ij", [(0,), (4,)], ["complex128", "complex128"]),       # zero-size
+]
+
+
+@pytest.mark.parametrize("subscripts,shapes,dts", COMPLEX_CASES)
+def test_complex_operands_are_einsums_of_their_parts(subscripts, shapes, dts):
+    rng = np.random.default_rng(21)
+    operands = [random_array(rng, s, d) for s, d in zip(shapes, dts)]
+    check(subscripts, *operands)
+    views = [op.T.copy().T if op.ndim == 2 else op[::-1].copy()[::-1] for op in operands]
+    check(subscripts, *views)                    # (F-ordered, reversed: parts in place)
+
+
+def test_complex_keywords_behave_as_in_numpy():
+    rng = np.random.default_rng(22)
+    a, b = (random_array(rng, s, "complex128") for s in ((4, 5), (5, 3)))
+    out = np.empty((4, 3), np.complex128)
+    assert tex.einsum("ij,jk->ik", a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+    with pytest.raises(TypeError, match="from dtype\\('complex128'\\) to "
+                                        "dtype\\('complex64'\\)"):
+        tex.einsum("ij,jk->ik", a, b, dtype=np.complex64)
+    got = tex.einsum("ij,jk->ik", a, b, dtype=np.complex64, casting="same_kind")
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(got, a @ b, rtol=1e-5)
+    with pytest.warns(np.exceptions.ComplexWarning):        # numpy drops the imaginary parts
+        got = tex.einsum("ij,jk->ik", a, b, dtype=np.float64, casting="unsafe")
+    np.testing.assert_allclose(got, a.real @ b.real, rtol=1e-12)
+    with pytest.raises(TypeError):
+        tex.einsum("ij,jk->ik", a, b, out=np.empty((4, 3)))   # complex into float: unsafe
+    x = np.arange(3.0)
+    assert tex.einsum("i,i", x, x, dtype=complex) == np.einsum("i,i", x, x, dtype=complex)
+    o = np.zeros((), np.complex64)
+    assert tex.einsum("i,i", x.astype(np.float32), x.astype(np.float32), out=o) is o and o == 5
 
 
 # ---------------------------------------------------------------- the kernel cache
@@ -537,7 +590,8 @@ def test_reference_and_compiled_agree(subscripts, shapes, dtype):
 
 LABELS = "abcdeAB"
 SIZES = [0, 1, 1, 2, 2, 3, 3, 4, 5, 6, 7, 8, 9, 63, 65, 257]
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64"]
+DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "float16", "float32", "float64",
+          "complex64", "complex128"]
 MAX_POINTS = 6000          # bound on the product of all label sizes (numpy's loop nest)
 MAX_ELEMENTS = 4096        # bound on one operand's size
 

@@ -42,7 +42,7 @@ import sys
 import numpy as np
 import tex.symbolic as sym
 
-from . import dtypes
+from . import complex_einsum, dtypes
 from .errors import ShapeError
 from .gcpause import paused
 from .layout import fortran_result
@@ -424,6 +424,9 @@ def _einsum(subscripts, operands, dtype, out, optimize, casting, order):
         own = np.result_type(*(a.dtype for a in arrays))
         if np.result_type(own, out.dtype) != own:
             dtype = np.result_type(own, out.dtype)
+    if complex_einsum.is_complex(arrays, dtype, out):   # as real einsums of the parts
+        return complex_einsum.einsum(warm.einsum, subscripts, arrays, dtype, out, optimize,
+                                     casting, order)
     greedy = optimize is False or optimize is True or optimize == "greedy"
     key = warm.kernel_key(subscripts, arrays, dtype, casting, optimize)
     entry = _kernels.get(key)

@@ -453,6 +453,8 @@ def test_generated_einsums_never_trip_the_bounds_check(case):
     subscripts, shapes, dtypes, layouts, seed = case
     rng = np.random.default_rng(seed)
     operands = [view(rng, s, d, lay) for s, d, lay in zip(shapes, dtypes, layouts)]
+    # (a complex operand's kernels are real einsums of its parts: strided views of it)
+    operands = [op.real if np.iscomplexobj(op) else op for op in operands]
     try:
         expected = np.einsum(subscripts, *operands)
     except ValueError:

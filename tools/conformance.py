@@ -210,7 +210,8 @@ def mismatch(got, want):
     if want_array.dtype.kind in "biu":
         same = np.array_equal(got_array, want_array)
     else:
-        rtol, atol = TOLERANCES.get(want_array.dtype.name, TOLERANCES["float64"])
+        part = np.empty(0, want_array.dtype).real.dtype     # (complex: its parts' type)
+        rtol, atol = TOLERANCES.get(part.name, TOLERANCES["float64"])
         scale = max(1.0, float(np.max(np.abs(want_array), initial=0.0)))
         same = np.allclose(got_array.astype(want_array.dtype), want_array, rtol=rtol,
                            atol=atol * scale, equal_nan=True)

@@ -269,7 +269,8 @@ def _indices_below_zero():
     x = tex.tensor("x", (N_,), "float64")
     out = []
     for index in (N_ - 10, N_ - 2**40):          # read before the buffer; the second crashed
-        with pytest.raises(tex.ShapeError, match="compute last: tensor x, dimension 0: index N - .* goes down to N - .* below 0"):
+        with pytest.raises(tex.ShapeError, match="compute last: tensor x, dimension 0: "
+                                                 "index N - .* goes down to N - .* below 0"):
             tex.compute("last", (), x[index])(x=np.arange(5.0))
     out.append(float(tex.compute("second_last", (), x[N_ - 2])(x=np.arange(5.0))))
     M_, K_ = tex.sizes("M K")
@@ -712,8 +713,9 @@ def test_decreasing_indices_read_backwards(n):
 def test_a_decreasing_index_that_starts_past_the_end_is_refused_at_call_time():
     x = tex.tensor("x", (N,), "float64")
     f = compiled("pastend", lambda: tex.compute("Pe", (j,), x[N - j]))   # x[N] first
-    with pytest.raises(tex.ShapeError, match=r"^compute Pe: tensor x, dimension 0: index N - j "
-                                             r"reaches N = 4, past the end \(N = 4 elements\)$"):
+    with pytest.raises(tex.ShapeError, match=r"^compute Pe: tensor x, dimension 0: index "
+                                             r"N - j reaches N = 4, past the end "
+                                             r"\(N = 4 elements\)$"):
         f(np.ones(4))
 
 

@@ -683,7 +683,8 @@ def test_column_means_and_variances_stream_rows_with_their_epilogue(dtype):
             tex.set_num_threads(threads)
             for m, n in [(1, 16), (7, 17), (65, 63), (1000, 65), (4099, 130), (3, 1000)]:
                 x = (rng.standard_normal((m, 2 * n)) + 3).astype(dtype)
-                v, b = rng.standard_normal(n).astype(dtype), rng.standard_normal(m).astype(dtype)
+                v = rng.standard_normal(n).astype(dtype)
+                b = rng.standard_normal(m).astype(dtype)
                 for view in (x[:, :n], x[:, 1::2], np.asfortranarray(x[:, :n])):
                     x64 = view.astype(np.float64)
                     mu, var_ = f(view)
@@ -691,7 +692,8 @@ def test_column_means_and_variances_stream_rows_with_their_epilogue(dtype):
                     check(var_, x64.var(0).astype(dtype), m)
                     if m > 1:
                         check(g(view), x64.std(0, ddof=1).astype(dtype), m)
-                    check(h(X=view, w=v, a=b), (np.exp(x64 - v) * b[:, None]).sum(0).astype(dtype), m)
+                    want = (np.exp(x64 - v) * b[:, None]).sum(0)
+                    check(h(X=view, w=v, a=b), want.astype(dtype), m)
     finally:
         tex.set_num_threads(before)
 

@@ -300,8 +300,8 @@ CASES = [
         W = tex.tensor("W", (L,), "float32")
         f = tex.compile(tex.compute("Y", (i,), tex.sum(Z[i] * X[i + j] * W[j], over=j)))
         f(np.ones(6, np.float32), np.ones(6, np.float32), np.ones(3, np.float32))
-        """, "ShapeError", ["compute Y: tensor X, dimension 0: index i + j reaches", "L + M - 2 = 7",
-                           "past the end (M = 6 elements)"]),
+        """, "ShapeError", ["compute Y: tensor X, dimension 0: index i + j reaches",
+                           "L + M - 2 = 7", "past the end (M = 6 elements)"]),
     ("an unknown stage", """
         s = tex.schedule(matmul()); s["Q"]
         """, "ScheduleError", ["'Q'", "definitions: C"]),

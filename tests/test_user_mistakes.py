@@ -120,8 +120,8 @@ def test_call_time_messages_say_each_value_once():
         tex.compute("D", (i,), X[i] * 2)(np.ones(4, np.float32))
     Y = tex.tensor("Y", (N,), "float32")
     ten = tex.indices("t", extent=10)
-    with pytest.raises(ShapeError, match=r"^compute D: tensor Y, dimension 0: index t \+ 2 reaches 11, "
-                                         r"past the end \(N = 5 elements\)$"):
+    with pytest.raises(ShapeError, match=r"^compute D: tensor Y, dimension 0: index t \+ 2 "
+                                         r"reaches 11, past the end \(N = 5 elements\)$"):
         tex.compute("D", (ten,), Y[ten + 2])(np.ones(5, np.float32))
     with pytest.raises(ShapeError, match="does not count from the end as numpy does; write "
                                          "M - 1"):

@@ -12,7 +12,10 @@ correctly, only slower):
    thread enough work, else four parts a thread (a reduction to a few long rows gets its
    threads this way). With one part the merge is a single copy pass. The parts' nest is
    a specialization for the sizes some thread count splits (auto_nest.auto_split_k), so a
-   kernel built for other calls leaves it out.
+   kernel built for other calls leaves it out. A total (a scalar: a dot product, a sum of
+   a whole array) splits its outermost reduction loop the same way when it reads a
+   megabyte or more (float64 dot of 4M: 1.34 -> 0.75 ms on 2 threads, numpy's threaded
+   ddot 0.70; float32 sum 0.68 -> 0.36, numpy 1.0).
 3. Threads. The parts loop and the first output loop are both parallel; at run time a
    loop with one iteration, or too little work, stays on the calling thread, so the
    team goes to whichever loop has the work.

@@ -2,6 +2,8 @@
 is not a blocked contraction or a stream of B's rows (auto.py): which loop the threads
 share, split-K for few long rows, the vector accumulator for float row maxima and byte
 sums, explicit vectors for argmax. tex.tune's generic plans (tuning.py) use them too."""
+import functools
+
 import tex.symbolic as sym
 
 from tex.combiners import COMBINERS
@@ -135,6 +137,9 @@ def parts_possible(rows, length):
     return all_of(at_least(length, 2048), less(rows, 4 * sym.floor(length / 1024)))
 
 
+TOTAL_PARTS_MIN_BYTES = 1 << 20     # backends/llvm/parallel.MIDDLING_MIN_BYTES
+
+
 def auto_split_k(stage, lazy=True):
     """Split the outermost reduction loop into call-time parts (runtime.AUTO_PARTS picks 1
     when the rows already feed every thread); returns the handles the schedule goes on
@@ -142,14 +147,30 @@ def auto_split_k(stage, lazy=True):
     parts more than doubled a row sum's code (a first `ij->i`: 754 -> 323 lines of IR,
     124 -> 65 ms with sympy loaded)."""
     d, state = stage.definition, stage.state
-    # one-dimensional outputs only: a 2-d output splits its rows and columns first (the
-    # parts double its compile time), and a scalar (a dot product) would pay ~0.25 us of
-    # call overhead for them on every call, however small its input
-    if d.reduction is None or state.private is not None or len(d.indices) != 1:
+    # one-dimensional outputs and scalars: a 2-d output splits its rows and columns
+    # first (the parts double its compile time). A scalar (a dot product, a sum of a
+    # whole array) splits its outermost reduction loop by the length of all of them, as a
+    # specialization for the sizes where the threads pay (a small one stays as it was)
+    if d.reduction is None or state.private is not None or len(d.indices) > 1:
         return (stage,)
     position = next(n for n, a in enumerate(state.axes) if a.reduction)
-    length, rows = state.axes[position].extent, d.extents[d.indices[0]]
-    split = parts_possible(rows, length) if lazy else sym.true
+    if d.indices:
+        rows, length = d.extents[d.indices[0]], state.axes[position].extent
+        parts = AutoParts(f"{d.name}_parts", rows, length)
+    else:
+        rows = 1
+        length = functools.reduce(lambda x, y: x * y,
+                                  (a.extent for a in state.axes if a.reduction))
+        # parts when the total reads a megabyte or more (runtime.STREAM_PARTS, whose
+        # test the specialization's matches: a team cost a 65536-term float32 dot
+        # product 1 us of its 10, and a nest with one part 0.2 us more than the plain one)
+        term_bytes = sum(a.tensor.dtype.itemsize for a in walk_expr(d.reduction.body)
+                         if isinstance(a, Access))
+        parts = AutoParts(f"{d.name}_parts", rows, length, rule="split_k_stream",
+                          block=max(term_bytes, 1))
+    split = parts_possible(rows, length) if d.indices else \
+        at_least(length * parts.block, TOTAL_PARTS_MIN_BYTES)
+    split = split if lazy else sym.true
     red = state.reduction
     if split is sym.false or split is not sym.true and \
             not COMBINERS[red.combiner].may_reassociate(red.dtype, state.fast_math):
@@ -159,7 +180,7 @@ def auto_split_k(stage, lazy=True):
     except ScheduleError:                   # a specialization already: split it whole
         nest = stage
     try:
-        nest.split_k(nest.loops[position], AutoParts(f"{d.name}_parts", rows, length))
+        nest.split_k(nest.loops[position], parts)
     except ScheduleError:                   # float sums without fast_math stay whole
         pass
     return (stage,) if nest is stage else (nest, stage)

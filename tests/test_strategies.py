@@ -696,6 +696,43 @@ def test_parts_possible_holds_where_some_thread_count_splits():
                 (rows, length, held, some)
 
 
+def test_a_totals_parts_are_built_where_some_thread_count_splits_it():
+    """A total's (a scalar's) parts are a specialization for a megabyte of terms or more
+    (auto_nest.TOTAL_PARTS_MIN_BYTES), exactly where runtime.STREAM_PARTS gives some
+    thread count more than one part, in a loop or not."""
+    import tex.symbolic as sp
+    from tex.backends.llvm.calls import MAX_THREADS
+    from tex.backends.llvm.runtime import STREAM_PARTS
+    from tex.scheduler.auto_nest import TOTAL_PARTS_MIN_BYTES
+    from tex.expr import at_least
+    for block in (1, 2, 4, 8, 12, 16):
+        for length in [0, 1, 2048, 65535, 65536, 87381, 131071, 131072, 262144, 1 << 20,
+                       10 ** 7]:
+            some = any(eval(STREAM_PARTS.format(t=t, rows=1, length=length, block=block),  # noqa: S307
+                            {"_looping": lambda t, looping=looping: looping}) > 1
+                       for t in range(1, MAX_THREADS + 1) for looping in (False, True))
+            held = at_least(sp.Integer(length * block), TOTAL_PARTS_MIN_BYTES)
+            assert held is (sp.true if some else sp.false), (block, length, held)
+
+
+@pytest.mark.parametrize("n", [65536, 262_145, 1_000_003])
+def test_a_dot_product_sums_right_in_parts_on_any_thread_count(n):
+    """`i,i->` of 2 x 4 x 262145 bytes or more takes the parts' nest (of 2 x 4 x 65536,
+    the plain one): against float64 on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(n)
+    x, y = rng.standard_normal((2, n)).astype(np.float32)
+    f = tex.compile(tex.einsum_program("i,i->", x, y))
+    want = np.dot(x.astype(np.float64), y.astype(np.float64))
+    before = tex.get_num_threads()
+    try:
+        for threads in (1, 2, 3):
+            tex.set_num_threads(threads)
+            np.testing.assert_allclose(float(f(op0=x, op1=y)), want, rtol=1e-5,
+                                       atol=1e-5 * n ** 0.5)
+    finally:
+        tex.set_num_threads(before)
+
+
 @pytest.mark.parametrize("cpu", [None, "znver3"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_auto_float_row_sums_use_the_vector_accumulator_from_256_and_sum_in_its_order(

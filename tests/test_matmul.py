@@ -658,6 +658,36 @@ def test_column_sums_stream_rows_like_a_vector_times_a_matrix(dtype):
         tex.set_num_threads(before)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "uint16", "int32", "int64"])
+def test_column_maxima_and_minima_stream_rows(dtype):
+    """max and min over the rows stream X's rows into a register tile as a column sum
+    does (helper survey: one strided column after another, 0.2-0.7x numpy's x.max(0));
+    sizes no tile divides, 1 and 3 threads, strided and Fortran views, and NaN in a float
+    column wins its maximum and its minimum, as in numpy."""
+    i, j = tex.indices("i j")
+    X = tex.tensor("X", (M, N), dtype)
+    hi = tex.compute("Hi", (j,), tex.max(X[i, j], over=i))
+    lo = tex.compute("Lo", (j,), tex.min(X[i, j], over=i))
+    for out in (hi, lo):
+        text = str(tex.schedule(out).auto())
+        assert "_part[" in text and re.search(r"\w+ in 0\.\.min\(8, .*# unrolled", text), text
+    f, g = tex.compile(hi), tex.compile(lo)
+    before = tex.get_num_threads()
+    rng = np.random.default_rng(5)
+    try:
+        for threads in (1, 3):
+            tex.set_num_threads(threads)
+            for m, n in [(1, 16), (7, 17), (65, 63), (1000, 65), (4099, 130), (3, 1000)]:
+                x = (rng.standard_normal((m, 2 * n)) * 50).astype(dtype)
+                if x.dtype.kind == "f" and m > 2:
+                    x[m // 2, 3] = np.nan
+                for view in (x[:, :n], x[:, 1::2], np.asfortranarray(x[:, :n])):
+                    np.testing.assert_array_equal(f(view), view.max(0))
+                    np.testing.assert_array_equal(g(view), view.min(0))
+    finally:
+        tex.set_num_threads(before)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_column_means_and_variances_stream_rows_with_their_epilogue(dtype):
     """tex.mean and tex.var over the rows (a column sum with a division in its epilogue,

@@ -44,6 +44,11 @@ def show(e):
     return format_size(e)         # (an Index prints its display name)
 
 
+# a split's factor or part count, as a parameter's (runtime.MAX_PARAM): the generated
+# code's 64-bit index arithmetic (a loop's bound times a factor) must not overflow
+MAX_FACTOR = 1 << 62
+
+
 def _fail(prim, state, msg):
     raise ScheduleError(f"{prim}: in stage {state.definition.name}, {msg}")
 
@@ -81,8 +86,8 @@ def split(state, var, factor, tail=Tail.PEEL):
               "splits a loop into a number of parts given at each call")
     if isinstance(factor, bool) or not isinstance(factor, int):
         _fail("split", state, f"loop {axis.name}: factor {factor!r} is not an integer")
-    if factor < 1:
-        _fail("split", state, f"loop {axis.name}: factor must be >= 1, got {factor}")
+    if not 1 <= factor <= MAX_FACTOR:
+        _fail("split", state, f"loop {axis.name}: factor must be from 1 to 2**62, got {factor}")
     E, T = axis.extent, sym.Integer(factor)
     outer = Index(fresh_name(state, axis.name + "o"))
     inner = Index(fresh_name(state, axis.name + "i"))
@@ -270,8 +275,8 @@ def _into_parts(prim, state, axis, parts, outermost):
     if isinstance(parts, bool) or not isinstance(parts, (int, Param)):
         _fail(prim, state, f"loop {axis.name}: parts {parts!r} is not an integer or "
               "tex.param")
-    if isinstance(parts, int) and parts < 1:
-        _fail(prim, state, f"loop {axis.name}: parts must be >= 1, got {parts}")
+    if isinstance(parts, int) and not 1 <= parts <= MAX_FACTOR:
+        _fail(prim, state, f"loop {axis.name}: parts must be from 1 to 2**62, got {parts}")
     E = sym.sympify(axis.extent)
     if E.free_symbols & {a.var for a in state.axes}:
         _fail(prim, state, f"loop {axis.name} has extent {show(E)}, which depends on "

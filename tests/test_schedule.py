@@ -148,7 +148,7 @@ def test_split_parts_deals_a_loop_in_parts_and_replays():
         b = rng.standard_normal((6, 7)).astype(np.float32)
         np.testing.assert_allclose(f(a, b, P=parts), a @ b, rtol=1e-5, atol=1e-5)
     i = s[C].loops[1]
-    with pytest.raises(tex.ScheduleError, match="split_parts: .*parts must be >= 1, got 0"):
+    with pytest.raises(tex.ScheduleError, match="split_parts: .*parts must be from 1 to 2\*\*62, got 0"):
         s[C].split_parts(i, 0)
     with pytest.raises(tex.ScheduleError, match="split_parts: .*is not an integer"):
         s[C].split_parts(i, 2.5)
@@ -182,10 +182,20 @@ def test_refusals_name_the_loop():
     i, j, k = s[C].loops
     with pytest.raises(tex.ScheduleError, match="parallel: .*loop k is a reduction loop"):
         s[C].parallel(k)
-    with pytest.raises(tex.ScheduleError, match="split: .*loop i: factor must be >= 1"):
+    with pytest.raises(tex.ScheduleError, match="split: .*loop i: factor must be from 1 to 2\*\*62"):
         s[C].split(i, 0)
-    with pytest.raises(tex.ScheduleError, match="factor must be >= 1, got -3"):
+    with pytest.raises(tex.ScheduleError, match="factor must be from 1 to 2\*\*62, got -3"):
         s[C].split(i, -3)
+    # a factor past 2**62 overflowed the generated index arithmetic (a crash, or
+    # uninitialized partials), as a parameter that large is refused at its call
+    for huge in (2 ** 62 + 1, 2 ** 63, 2 ** 64):
+        bound = rf"must be from 1 to 2\*\*62, got {huge}"
+        with pytest.raises(tex.ScheduleError, match="split: .*factor " + bound):
+            s[C].split(i, huge)
+        with pytest.raises(tex.ScheduleError, match="split_k: .*parts " + bound):
+            s[C].split_k(k, huge)
+        with pytest.raises(tex.ScheduleError, match="split_parts: .*parts " + bound):
+            s[C].split_parts(i, huge)
     with pytest.raises(tex.ScheduleError, match="tail='pad' is not one of"):
         s[C].split(i, 4, tail="pad")
     with pytest.raises(tex.ScheduleError, match="vectorize: .*loop i is not the innermost"):
@@ -389,7 +399,7 @@ def test_more_refusals_name_the_loop():
     i, j, k = s[C].loops
     with pytest.raises(tex.ScheduleError, match="split_k: .*loop i is not a reduction loop"):
         s[C].split_k(i, 2)
-    with pytest.raises(tex.ScheduleError, match="split_k: .*parts must be >= 1, got 0"):
+    with pytest.raises(tex.ScheduleError, match="split_k: .*parts must be from 1 to 2\*\*62, got 0"):
         s[C].split_k(k, 0)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop j is not a reduction loop"):
         s[C].privatize(j)
@@ -621,7 +631,7 @@ def test_messages_of_schedule_steps_name_what_the_user_wrote():
         (lambda: s[C].reorder(i, i, j), "loop i appears twice"),
         (lambda: s[C].split(i, tex.param("P")), "split_parts"),
         (lambda: s[C].tile(i, 8, j), "^tile: .*j has no factor"),
-        (lambda: s[C].tile(i, 8, j, 0), "^tile: in stage C, loop j: factor must be >= 1"),
+        (lambda: s[C].tile(i, 8, j, 0), "^tile: in stage C, loop j: factor must be from 1 to 2\*\*62"),
     ]
     for call, message in cases:
         with pytest.raises(tex.ScheduleError, match=message):

@@ -19,8 +19,8 @@ from .display import stage_html
 from .ir import Guard, LoopKind, Stage
 from .printer import format_nest
 from .stage import lower_stage
-from .steps import (ComputeAt, Pack, Privatize, Reorder, SetKind, Specialize, Split, SplitK,
-                    SplitParts, recorded_parts)
+from .steps import (ComputeAt, Fuse, NotFused, Pack, Privatize, Reorder, SetKind, Specialize,
+                    Split, SplitK, SplitParts, Unfuse, recorded_parts)
 from .strategies import reduction_strategy
 from tex import forksafe
 
@@ -104,6 +104,11 @@ class StageHandle:
             root = sched._fused[d].into.name
             raise ScheduleError(f"stage {d.name} runs in {root}'s epilogue (fused): its loops "
                                 f"are {root}'s; schedule {root}, or s.unfuse({d.name!r}) first")
+        if d in sched._hosted_by:
+            host = sched._hosted_by[d].name
+            raise ScheduleError(f"stage {d.name} is computed inside {host} (compute_at), from "
+                                f"its definition over the part {host} reads: it has no loops "
+                                f"of its own to schedule there; schedule {host}'s loops")
         sched._check(self.state, state)
         if sched._replaying is None:
             sched._check_epilogue(d, state)
@@ -255,6 +260,17 @@ class StageHandle:
                                 f"(specialize, or the auto schedule of a contraction); inside "
                                 f"{cons.name} it is computed by one nest only, and they would "
                                 "be dropped: compute_at before specializing")
+        own = [st for st in sched._history if st.stage.partition("#")[0] == d.name and
+               not isinstance(st, (Fuse, Unfuse, NotFused))]
+        if own:
+            # inside the consumer it is computed from its definition over the part read
+            # there (primitives.host): its own steps would be dropped without a word
+            steps = f"{len(own)} step{'s' * (len(own) != 1)}"
+            raise ScheduleError(f"compute_at: {d.name} has a schedule of its own ({steps}); "
+                                f"inside {cons.name} it is computed from its definition over "
+                                f"the part {cons.name} reads, and those steps would be "
+                                "dropped: compute_at before scheduling it, then schedule the "
+                                "consumer's loops")
         var = cons._var("compute_at", at)
         if cons.specializations or isinstance(cons, Specialization):
             base = cons.parent if isinstance(cons, Specialization) else cons
@@ -311,6 +327,12 @@ class StageHandle:
         when something first needs it (its state, its steps, its nest in a build;
         see Specialization) rather than now; `params`: the parameters it adds (AutoParts),
         which the kernel's signature needs before."""
+        if self.definition in self.sched._fused:
+            root = self.sched._fused[self.definition].into.name
+            raise ScheduleError(f"specialize: stage {self.name} runs in {root}'s epilogue "
+                                f"(fused), in {root}'s loops: a specialization of it would "
+                                f"never run; specialize {root}, or s.unfuse({self.name!r}) "
+                                "first")
         if self.definition in self.sched._hosted_by:
             raise ScheduleError(f"specialize: stage {self.name} is computed inside "
                                 f"{self.sched._hosted_by[self.definition].name} "

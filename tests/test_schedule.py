@@ -148,7 +148,8 @@ def test_split_parts_deals_a_loop_in_parts_and_replays():
         b = rng.standard_normal((6, 7)).astype(np.float32)
         np.testing.assert_allclose(f(a, b, P=parts), a @ b, rtol=1e-5, atol=1e-5)
     i = s[C].loops[1]
-    with pytest.raises(tex.ScheduleError, match="split_parts: .*parts must be from 1 to 2\*\*62, got 0"):
+    with pytest.raises(tex.ScheduleError,
+                       match=r"split_parts: .*parts must be from 1 to 2\*\*62, got 0"):
         s[C].split_parts(i, 0)
     with pytest.raises(tex.ScheduleError, match="split_parts: .*is not an integer"):
         s[C].split_parts(i, 2.5)
@@ -182,9 +183,10 @@ def test_refusals_name_the_loop():
     i, j, k = s[C].loops
     with pytest.raises(tex.ScheduleError, match="parallel: .*loop k is a reduction loop"):
         s[C].parallel(k)
-    with pytest.raises(tex.ScheduleError, match="split: .*loop i: factor must be from 1 to 2\*\*62"):
+    with pytest.raises(tex.ScheduleError,
+                       match=r"split: .*loop i: factor must be from 1 to 2\*\*62"):
         s[C].split(i, 0)
-    with pytest.raises(tex.ScheduleError, match="factor must be from 1 to 2\*\*62, got -3"):
+    with pytest.raises(tex.ScheduleError, match=r"factor must be from 1 to 2\*\*62, got -3"):
         s[C].split(i, -3)
     # a factor past 2**62 overflowed the generated index arithmetic (a crash, or
     # uninitialized partials), as a parameter that large is refused at its call
@@ -399,7 +401,8 @@ def test_more_refusals_name_the_loop():
     i, j, k = s[C].loops
     with pytest.raises(tex.ScheduleError, match="split_k: .*loop i is not a reduction loop"):
         s[C].split_k(i, 2)
-    with pytest.raises(tex.ScheduleError, match="split_k: .*parts must be from 1 to 2\*\*62, got 0"):
+    with pytest.raises(tex.ScheduleError,
+                       match=r"split_k: .*parts must be from 1 to 2\*\*62, got 0"):
         s[C].split_k(k, 0)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop j is not a reduction loop"):
         s[C].privatize(j)
@@ -631,7 +634,8 @@ def test_messages_of_schedule_steps_name_what_the_user_wrote():
         (lambda: s[C].reorder(i, i, j), "loop i appears twice"),
         (lambda: s[C].split(i, tex.param("P")), "split_parts"),
         (lambda: s[C].tile(i, 8, j), "^tile: .*j has no factor"),
-        (lambda: s[C].tile(i, 8, j, 0), "^tile: in stage C, loop j: factor must be from 1 to 2\*\*62"),
+        (lambda: s[C].tile(i, 8, j, 0),
+         r"^tile: in stage C, loop j: factor must be from 1 to 2\*\*62"),
     ]
     for call, message in cases:
         with pytest.raises(tex.ScheduleError, match=message):
@@ -667,6 +671,39 @@ def test_a_specialized_producer_is_not_computed_inside_a_consumer():
         b = rng.standard_normal((5, 7)).astype(np.float32)
         want = (np.maximum(a @ b, 0) + 1).sum(axis=1)
         np.testing.assert_allclose(f(a, b), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_producers_own_steps_are_never_dropped_by_compute_at():
+    """Inside its consumer a producer is computed from its definition over the part the
+    consumer reads: a producer with steps of its own is refused (they were dropped
+    without a word: a helper's schedule review), and so is a step on a producer computed
+    inside a consumer, and a specialization of a stage that runs in another's epilogue.
+    A refused step changes nothing."""
+    (i, j, k), C, D, E = _matmul_and_consumers()
+    s = tex.schedule(E)
+    s[D].split(i, 4)
+    before = s.history
+    with pytest.raises(tex.ScheduleError, match=r"^compute_at: D has a schedule of its own "
+                                                r"\(1 step\); inside E .* compute_at before "
+                                                "scheduling it"):
+        s[D].compute_at(s[E], i)
+    assert s.history == before
+    s = tex.schedule(E)
+    s[D].compute_at(s[E], i)
+    shown = str(s)
+    for step in (lambda: s[D].split(i, 4), lambda: s[D].parallel(i)):
+        with pytest.raises(tex.ScheduleError, match="^stage D is computed inside E "
+                                                    r"\(compute_at\).*schedule E's loops"):
+            step()
+    assert str(s) == shown
+    M, N = tex.sizes("M N")
+    A = tex.tensor("A", (M, N), "float32")
+    Y = tex.compute("Y", (i, j), A[i, j] * 2)
+    R = tex.compute("R", (i,), tex.max(Y[i, j], over=j))
+    s = tex.schedule(R).auto()
+    with pytest.raises(tex.ScheduleError, match=r"^specialize: stage R runs in Y's epilogue "
+                                                r"\(fused\).*never run"):
+        s[R].specialize("N == 7")
 
 
 def test_unrolling_thousands_of_iterations_is_refused():

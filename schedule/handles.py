@@ -10,7 +10,7 @@ import numpy as np
 import tex.symbolic as sym
 
 from tex.errors import ScheduleError
-from tex.expr import Index, Param, all_of, negation
+from tex.expr import AutoParts, Index, Param, all_of, negation
 from tex.indices import format_size
 from tex.symbolic.parse import WORDS as _CONDITION_WORDS
 
@@ -58,6 +58,27 @@ def _python_int(n):
     """A numpy integer (a factor from an array's shape or np.arange) as the Python int it
     is; anything else as given, for the primitive to judge."""
     return int(n) if isinstance(n, np.integer) else n
+
+
+def _check_param_name(prim, handle, parts):
+    """A part count's tex.param must not take the name of a size, tensor, definition or
+    index of the program: printed nests (`ceil(K/K)`) and specialize's conditions
+    (`"K >= 20"`) would not say which is meant."""
+    if not isinstance(parts, Param) or isinstance(parts, AutoParts):
+        return
+    program = handle.sched.program
+    kinds = [("size", {str(x) for x in program.sizes}),
+             ("tensor", {t.name for t in program.inputs}),
+             ("definition", {d.name for d in program.definitions}),
+             ("index", {x.name for d in program.definitions for x in d.indices} |
+              {x.name for d in program.definitions if d.reduction is not None
+               for x in d.reduction.over})]
+    for kind, names in kinds:
+        if parts.name in names:
+            article = "an" if kind == "index" else "a"
+            raise ScheduleError(f"{prim}: in stage {handle.name}, parameter {parts.name} has "
+                                f"the name of {article} {kind} of the program; give it a "
+                                f"name of its own (tex.param(\"P\"))")
 
 
 def _check_one_level(sched, d, cons):
@@ -196,6 +217,7 @@ class StageHandle:
         results and a merge; `parts` may be `tex.param("P")` (chosen at call time)."""
         var = self._var("split_k", loop)
         parts = _python_int(parts)
+        _check_param_name("split_k", self, parts)
         state, outer, inner = P.split_k(self.state, var, parts)
         self._apply(state, SplitK(self.name, var.name, recorded_parts(parts)))
         return LoopHandle(self, outer), LoopHandle(self, inner)
@@ -205,6 +227,7 @@ class StageHandle:
         without partial results; `parts` may be `tex.param("P")`."""
         var = self._var("split_parts", loop)
         parts = _python_int(parts)
+        _check_param_name("split_parts", self, parts)
         state, outer, inner = P.split_parts(self.state, var, parts)
         self._apply(state, SplitParts(self.name, var.name, recorded_parts(parts)))
         return LoopHandle(self, outer), LoopHandle(self, inner)

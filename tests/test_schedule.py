@@ -706,6 +706,25 @@ def test_a_producers_own_steps_are_never_dropped_by_compute_at():
         s[R].specialize("N == 7")
 
 
+def test_a_part_count_parameter_has_a_name_of_its_own():
+    """tex.param("K") as split_k's part count, beside a size K, printed `ceil(K/K)` and
+    made specialize("K >= 20") ambiguous: a parameter named as a size, tensor, definition
+    or index is refused where it is given."""
+    C = PROGRAMS["matmul"]
+    for name, kind in (("K", "a size"), ("A", "a tensor"), ("C", "a definition"),
+                       ("k", "an index")):
+        s = tex.schedule(C)
+        i, j, k = s[C].loops
+        with pytest.raises(tex.ScheduleError, match=f"^split_k: in stage C, parameter {name} "
+                                                    f"has the name of {kind} of the program"):
+            s[C].split_k(k, tex.param(name))
+        with pytest.raises(tex.ScheduleError, match=f"^split_parts: .*parameter {name} has"):
+            s[C].split_parts(i, tex.param(name))
+        assert s.history == tex.schedule(C).history
+    s = tex.schedule(C)
+    s[C].split_k(s[C].loops[2], tex.param("P"))
+
+
 def test_unrolling_thousands_of_iterations_is_refused():
     i = tex.indices("i")
     X = tex.tensor("X", (4096,))

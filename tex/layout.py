@@ -101,14 +101,17 @@ def axis_order(a):
 @functools.lru_cache(maxsize=1024)
 def checked_operands(subscripts, count):
     """The positions of the operands that canonical_layout transposes when their axes
-    are out of order: all but the broadcast side of a product (`_broadcast_side`);
+    are out of order: all but the broadcast side of a product (`_broadcast_side`) and a
+    diagonal (`ii`);
     none for subscripts with `...` or other than `count` terms of letters."""
     inputs, arrow, output = subscripts.partition("->")
     terms = inputs.split(",")
     if "." in subscripts or len(terms) != count or not all(t.isalpha() for t in terms):
         return frozenset()
     output = output if arrow else _implicit_output(terms)
-    return frozenset(k for k in range(count) if not _broadcast_side(k, terms, output))
+    # (a diagonal, `ii`, reads the same elements in either order: no rewrite for it)
+    return frozenset(k for k in range(count)
+                     if len(set(terms[k])) > 1 and not _broadcast_side(k, terms, output))
 
 
 def _implicit_output(terms):

@@ -1,4 +1,5 @@
-"""A program in the layout of the arrays it is called with (pure: Program -> Program).
+"""A program in the layout (or the dtypes, `retyped`) of the arrays it is called with
+(pure: Program -> Program).
 
 The auto schedule picks loop orders, vector axes and packing for row-major arrays: a
 tensor's last axis is taken to be its unit-stride one. A Fortran-ordered input (a pandas
@@ -20,7 +21,7 @@ compiled program is rewritten here the same way, for the call path's layout vari
 """
 from tex.symbolic import sympify
 
-from tex.expr import Access, Index, rebuild, walk, with_children
+from tex.expr import Access, Index, cast, rebuild, walk, with_children
 from tex.program import Program
 from tex.tensor import Definition, Tensor
 
@@ -54,6 +55,34 @@ def permuted(program, orders, outputs_follow=True):
     inputs = tuple(moved.get(t, (t,))[0] for t in program.inputs)
     rewritten = Program(outputs, program._extra_params, inputs=inputs)
     return rewritten, tuple(moved[o][1] for o in program.outputs)
+
+
+def retyped(program, dtypes):
+    """The program for inputs of other dtypes ({input position: dtype}, each a safe cast
+    to the input's own): such an input becomes a tensor of the same name and shape in
+    that dtype, every read of it cast to the dtype the program declared. The kernel then
+    converts each element as it loads it, exactly as `astype` would, where the call path
+    copied the whole array first (a float64 map over 2000 x 2000 float32: 9.8 ms, its
+    float64 twin 1.5)."""
+    moved = {}
+    for pos, dtype in dtypes.items():
+        t = program.inputs[pos]
+        moved[t] = Tensor(t.name, t.shape, dtype)
+
+    def read(node, kids):
+        node = with_children(node, kids)
+        if isinstance(node, Access) and node.tensor in moved:
+            new = moved[node.tensor]
+            access = Access(new, node.index)
+            return access if isinstance(node.tensor, Definition) else \
+                cast(access, node.tensor.dtype)
+        return node
+
+    for d in program.definitions:
+        moved[d] = Definition(d.name, d.indices, rebuild(d.expr, read, {}), d.extents)
+    outputs = tuple(moved[o] for o in program.outputs)
+    inputs = tuple(moved.get(t, t) for t in program.inputs)
+    return Program(outputs, program._extra_params, inputs=inputs)
 
 
 def movable_inputs(program):

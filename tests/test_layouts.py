@@ -134,6 +134,57 @@ def test_a_variant_is_compiled_once_and_small_arrays_run_as_they_are():
     assert len(f._layout_variants) == 1
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int8", "uint16", "int64",
+                                   "bool"])
+def test_an_input_of_another_dtype_is_read_in_place_from_its_second_call(dtype):
+    """A float64 definition given an array of a dtype that casts to float64 safely: its
+    first call converts a copy, as before; from the second the variant for that dtype
+    reads the array as it is and converts each element as it loads it, giving the same
+    results bit for bit (the cast is exact) -- maps, reductions, out=, odd shapes."""
+    X, Y = tex.tensor("X", (M, N), "float64"), tex.tensor("Y", (M, N), "float64")
+    mean = tex.compute("Mu", (i,), tex.mean(X[i, j], over=j))
+    f = tex.compile((mean, tex.compute("E", (i, j), X[i, j] * Y[i, j] - mean[i])))
+    for shape in [(300, 301), (7, 4700)]:
+        x = (rng.standard_normal(shape) * 100).astype(dtype)
+        y = rng.standard_normal(shape)
+        want = f(X=x.astype(np.float64), Y=y)
+        for n in range(3):
+            got = f(X=x, Y=y)
+            for g, w in zip(got, want):
+                np.testing.assert_array_equal(g, w)
+            # (the second shape runs the variant the first one made)
+            assert (("dtypes", ((0, x.dtype.str),)) in f._layout_variants) is \
+                (n > 0 or shape != (300, 301))
+        out = (np.empty(shape[0]), np.empty(shape))
+        assert f(X=x, Y=y, out=out)[1] is out[1]
+        np.testing.assert_array_equal(out[1], want[1])
+    assert sum(key[0] == "dtypes" for key in f._layout_variants if key != "dtypes seen") == 1
+
+
+def test_what_a_dtype_variant_leaves_converted():
+    """No variant below tex.layout.SMALL, for a cast that is not safe (compiled with
+    casting='same_kind': rounded by astype as before), for a factor of a contraction
+    (packed anyway), or for a list."""
+    X = tex.tensor("X", (M, N), "float32")
+    f = tex.compile(tex.compute("S", (i,), tex.sum(X[i, j], over=j)), casting="same_kind")
+    big, small = rng.standard_normal((300, 301)), rng.standard_normal((20, 20))
+    for x in (big, small, big.astype(np.float16)[:20, :20]):
+        for _ in range(3):
+            np.testing.assert_array_equal(f(x), f(x.astype(np.float32)))
+    assert [key for key in f._layout_variants if key != "dtypes seen"] == []
+    A, B = tex.tensor("A", (M, K), "float64"), tex.tensor("B", (K, N), "float64")
+    mm = tex.compile(tex.compute("C", (i, j), tex.sum(A[i, k] * B[k, j], over=k)))
+    a, b = rng.standard_normal((2, 200, 200)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(mm(a, b), a.astype(np.float64) @ b, rtol=1e-10)
+    assert [key for key in mm._layout_variants if key != "dtypes seen"] == []
+    g = tex.compile(tex.compute("T", (i,), tex.sum(tex.tensor("Z", (M, N), "float64")[i, j],
+                                                   over=j)))
+    rows = [[1, 2, 3]] * 5000
+    for _ in range(3):
+        np.testing.assert_array_equal(g(rows), np.full(5000, 6.0))
+
+
 def test_errors_name_the_arrays_as_the_user_gave_them():
     f = tex.compile(_elementwise())
     a, b = _pair((300, 301))

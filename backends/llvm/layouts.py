@@ -16,9 +16,9 @@ import warnings
 
 import numpy as np
 
-from tex.layout import axis_order
+from tex.layout import SMALL, axis_order
 
-from ...scheduler.layouts import movable_inputs, permuted
+from ...scheduler.layouts import movable_inputs, permuted, retyped
 from ... import forksafe
 
 NOTHING = object()          # by_layout's answer when the call runs the function itself
@@ -65,6 +65,73 @@ def by_layout(compile, sig, arrays, params, out):
     back = tuple(r if order is None else r.transpose(_inverse(order))
                  for r, order in zip(results, out_orders))
     return back if isinstance(result, tuple) else back[0]
+
+
+class Retyped(Exception):
+    """Raised by the call path's conversion of an input that a dtype variant takes
+    (`retypes`): the call goes to `by_dtype`."""
+
+
+def retypes(sig, pos, arr):
+    """Whether input `pos` of a function with variants, given `arr` of another dtype,
+    runs in the variant for its dtype (schedule/layouts.retyped) rather than as a
+    converted copy: a native ndarray of SMALL bytes or more whose dtype casts safely
+    (exactly) to the input's, not a factor of a contraction (whose packed copies convert
+    it anyway, and which a cast read would no longer be), at its second call of that
+    dtype (a first call converts, as a call of some other dtype once would: no compile
+    for it)."""
+    f = sig.owner() if sig.owner is not None else None
+    if f is None or f._layout_flags is None or arr.__class__ is not np.ndarray or \
+            arr.nbytes < SMALL or not arr.dtype.isnative or arr.dtype.kind not in "biuf":
+        return False
+    t = f.program.inputs[pos]
+    if t.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, t.dtype, "safe"):
+        return False
+    if f._layout_movable is None:
+        f._layout_movable = movable_inputs(f.program)
+    if pos not in f._layout_movable:
+        return False
+    seen = f._layout_variants.setdefault("dtypes seen", set())
+    if (pos, arr.dtype) in seen:
+        return True
+    seen.add((pos, arr.dtype))
+    return False
+
+
+def by_dtype(compile, sig, arrays, params, out):
+    """The result of a call through the variant for its arrays' dtypes (`retypes`
+    raised Retyped). A variant that does not compile leaves the call to the function as
+    compiled, which converts its arrays."""
+    f = sig.owner()
+    program = f.program
+    dtypes = {pos: a.dtype for pos, a in enumerate(arrays)
+              if a.__class__ is np.ndarray and a.dtype != program.inputs[pos].dtype
+              and pos in f._layout_movable and a.dtype.kind in "biuf"
+              and np.can_cast(a.dtype, program.inputs[pos].dtype, "safe")}
+    key = ("dtypes", tuple(sorted((pos, dt.str) for pos, dt in dtypes.items())))
+    variant = f._layout_variants.get(key)
+    if variant is None:
+        with _lock:
+            variant = f._layout_variants.get(key)
+            if variant is None:
+                variant = f._layout_variants[key] = _retyped(compile, program, dtypes,
+                                                             f._layout_flags)
+    g = f._call if variant is FAILED else variant
+    if variant is FAILED:
+        arrays = [a.astype(program.inputs[pos].dtype) if pos in dtypes else a
+                  for pos, a in enumerate(arrays)]
+    return g(*arrays, **params) if out is None else g(*arrays, **params, out=out)
+
+
+def _retyped(compile, program, dtypes, flags):
+    """The compiled variant for inputs of `dtypes`, or FAILED with a warning."""
+    try:
+        return compile(retyped(program, dtypes), *flags)
+    except Exception as err:        # noqa: BLE001 -- a variant is an optimization only
+        warnings.warn(f"tex: {program.signature()}: no variant for the dtypes of this "
+                      f"call's arrays ({type(err).__name__}: {err}); converting them",
+                      RuntimeWarning, stacklevel=4)
+        return FAILED
 
 
 def _cached(compile, f, layout, orders, outputs_follow, flags):

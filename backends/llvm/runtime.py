@@ -36,7 +36,7 @@ from .parallel import MIDDLING_MIN_BYTES
 from .choices import not_taken, pyexpr
 from .display import compiled_html
 from .status import _status
-from .layouts import NOTHING, by_layout
+from .layouts import NOTHING, Retyped, by_dtype, by_layout, retypes
 from .calls import (MAX_THREADS, _NUM_THREADS, get_num_threads, set_num_threads,  # noqa: F401
                     thread_parts)
 
@@ -372,6 +372,12 @@ def _make_caller(sig, variants=False):
         L.append("    except _Lazy:")
         L.append(f"        return _lazy(_sig, ({', '.join(argnames)},), "
                  f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
+    if inputs and variants:           # an input of another dtype: the variant for it
+        g["_Retyped"] = Retyped
+        g["_by_dtype"] = functools.partial(by_dtype, compile_without_variants)
+        L.append("    except _Retyped:")
+        L.append(f"        return _by_dtype(_sig, ({', '.join(argnames)},), "
+                 f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
     # one tuple unpack per input binds its sizes and checks its rank (a ValueError)
     checks, unpack = [], []
     for pos, t in enumerate(inputs):
@@ -515,6 +521,8 @@ def _coerce(sig, pos, a):
                    "whatever comes"
         raise TypeError(f"tensor {t.name}: got {arr.dtype} data, which numpy does not cast "
                         f"to {t.dtype} with casting={casting!r}; {fix}")
+    if retypes(sig, pos, arr):
+        raise Retyped               # the variant that reads this dtype (layouts.py)
     return arr.astype(t.dtype)
 
 

@@ -37,7 +37,7 @@ nest where it took 18 on the plain one (a first `ij->` call 23 -> 74 ms; three i
 import numpy as np
 import tex.symbolic as sym
 
-from tex.expr import Access, CeilDiv, Const, Index, Min
+from tex.expr import Access, AutoParts, CeilDiv, Const, Index, Min
 from tex.indices import greater, negation
 
 from .ir import Buffer, Guard, Loop, LoopKind, Scope, Store, Update, children, \
@@ -46,6 +46,7 @@ from .ir import Buffer, Guard, Loop, LoopKind, Scope, Store, Update, children, \
 BLOCK = 4096        # terms a block adds from zero
 FAN = 64            # blocks a superblock adds from zero
 ROWS = 64           # terms a block adds when each is a sum itself (a row of `ij->`)
+MAX_PARTS = 4 * 256     # AutoParts at most: four a thread (runtime.PART_RULES), 256 threads
 
 
 def blocked_sums(kernel):
@@ -122,8 +123,10 @@ def _sum_nest(loop):
 
 
 def _many_terms(loops):
-    """Whether the nest may add more than BLOCK terms."""
-    extents = [sym.sympify(loop.extent) for loop in loops]
+    """Whether the nest may add more than BLOCK terms. A call-time part count (the merge
+    of a split's parts) is at most MAX_PARTS."""
+    extents = [sym.Integer(MAX_PARTS) if isinstance(loop.extent, AutoParts)
+               else sym.sympify(loop.extent) for loop in loops]
     return not (all(e.is_Integer for e in extents) and
                 int(np.prod([int(e) for e in extents])) <= BLOCK)
 

@@ -283,6 +283,13 @@ class StageHandle:
                                 f"(specialize, or the auto schedule of a contraction); inside "
                                 f"{cons.name} it is computed by one nest only, and they would "
                                 "be dropped: compute_at before specializing")
+        var = cons._var("compute_at", at)
+        if cons.specializations or isinstance(cons, Specialization):
+            base = cons.parent if isinstance(cons, Specialization) else cons
+            raise ScheduleError(f"compute_at: stage {base.name} has specialized schedules "
+                                "(specialize, or the auto schedule of a contraction); "
+                                f"{d.name} can be computed inside one nest only: fuse "
+                                "before specializing")
         own = [st for st in sched._history if st.stage.partition("#")[0] == d.name and
                not isinstance(st, (Fuse, Unfuse, NotFused))]
         if own:
@@ -291,16 +298,9 @@ class StageHandle:
             steps = f"{len(own)} step{'s' * (len(own) != 1)}"
             raise ScheduleError(f"compute_at: {d.name} has a schedule of its own ({steps}); "
                                 f"inside {cons.name} it is computed from its definition over "
-                                f"the part {cons.name} reads, and those steps would be "
-                                "dropped: compute_at before scheduling it, then schedule the "
-                                "consumer's loops")
-        var = cons._var("compute_at", at)
-        if cons.specializations or isinstance(cons, Specialization):
-            base = cons.parent if isinstance(cons, Specialization) else cons
-            raise ScheduleError(f"compute_at: stage {base.name} has specialized schedules "
-                                "(specialize, or the auto schedule of a contraction); "
-                                f"{d.name} can be computed inside one nest only: fuse "
-                                "before specializing")
+                                f"the part {cons.name} reads, and those steps (yours or "
+                                "s.auto()'s) would be dropped: compute_at before scheduling "
+                                "it, then schedule the consumer's loops")
         cons._apply(P.host(cons.state, d, var), ComputeAt(self.name, cons.name, var.name))
         sched._hosted_by[d] = cons.definition
 

@@ -72,6 +72,13 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
             result = guard(*operands, out=out)
             if result is not MISS:
                 return result
+    if subscripts.__class__ is str and dtype is None and out is None and operands and \
+            all(a.__class__ is _ndarray for a in operands) and \
+            any(a.dtype.kind == "c" for a in operands):
+        # complex operands: real einsums of their parts (tex/complex_einsum.py), whose
+        # kernels' guards the terms take
+        return _complex().einsum(einsum, subscripts, list(operands), None, None, optimize,
+                                 casting, order)
     if subscripts.__class__ is str:
         # an operand out of the layout its kernel assumes, or a tall product of a k-major
         # operand (which the guard refuses): the einsum rewritten (tex/layout.py)
@@ -91,6 +98,10 @@ def einsum(subscripts, *operands, dtype=None, out=None, optimize=False, casting=
         warmup.start_llvm()
         _full.append(importlib.import_module("tex.einsum")._einsum)
     return _full[0](subscripts, operands, dtype, out, optimize, casting, order)
+
+
+def _complex():
+    return importlib.import_module("tex.complex_einsum")
 
 
 @functools.lru_cache(maxsize=256)

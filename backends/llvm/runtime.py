@@ -110,6 +110,14 @@ def compile_without_variants(program, fast_math=True, name=None, bounds_check=No
                         variants=False)
 
 
+def compile_retyped(program, fast_math=True, name=None, bounds_check=None, casting="safe",
+                    fuse=True):
+    """A dtype variant (layouts.by_dtype) compiled as its function was, with layout
+    variants of its own: its arrays come in the layout the caller gave them."""
+    with paused():
+        return _compile(program, fast_math, name, bounds_check, casting, fuse, None)
+
+
 def _compile(target, fast_math, name, bounds_check, casting, fuse, sizes, variants=True):
     """`variants`: True gives the default schedule's function layout variants
     (layouts.py); False none; a tuple is the flags of a pickled function's."""
@@ -374,7 +382,7 @@ def _make_caller(sig, variants=False):
                  f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")
     if inputs and variants:           # an input of another dtype: the variant for it
         g["_Retyped"] = Retyped
-        g["_by_dtype"] = functools.partial(by_dtype, compile_without_variants)
+        g["_by_dtype"] = functools.partial(by_dtype, compile_retyped)
         L.append("    except _Retyped:")
         L.append(f"        return _by_dtype(_sig, ({', '.join(argnames)},), "
                  f"{{{', '.join(f'{p!r}: {p}' for p in sig.param_names)}}}, out)")

@@ -247,6 +247,10 @@ def split_k(state, var, parts):
               "a reduction's loop across threads (an output loop is shared among them by "
               "parallel)")
     _check_reassociation("split_k", state, axis)
+    if state.private is not None:       # (said before its parts loop has a name)
+        _fail("split_k", state, f"loop {axis.name}: the stage's partial results are "
+              f"{state.private.name}'s already (a split_k's or privatize's), and a stage has "
+              "one private loop")
     state, outer, inner = _into_parts("split_k", state, axis, parts, outermost=True)
     return privatize(state, outer), outer, inner
 

@@ -418,6 +418,11 @@ def test_more_refusals_name_the_loop():
         s4[C].privatize(ki)
     with pytest.raises(tex.ScheduleError, match="privatize: .*loop ko is already private"):
         s4[C].privatize(ko)
+    # (said in split_k's terms, with the user's loop: it named a parts loop, kio, that the
+    # refused split would have made)
+    with pytest.raises(tex.ScheduleError, match="^split_k: in stage C, loop ki: the stage's "
+                       "partial results are ko's already"):
+        s4[C].split_k(ki, 2)
     X = tex.tensor("Xq", (M, N), "float32")
     with pytest.raises(tex.ScheduleError, match="pack: .*does not read Xq"):
         s[C].pack(X, at=i)

@@ -250,22 +250,26 @@ def _programs(draw):
     return m, n, swapped, ops, reduce, out_swapped, layouts, draw(st.integers(0, 2**31))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(_programs())
-@in_child
-def test_random_programs_in_any_layout(case):
-    m, n, swapped, ops, reduce, out_swapped, layouts, seed = case
-    ins = [tex.tensor(f"X{p}", (N, M) if s else (M, N)) for p, s in enumerate(swapped)]
+def _program(swapped, ops, reduce, out_swapped, dtype):
+    """_programs' program over tensors of `dtype`."""
+    ins = [tex.tensor(f"X{p}", (N, M) if s else (M, N), dtype) for p, s in enumerate(swapped)]
     reads = [t[j, i] if s else t[i, j] for t, s in zip(ins, swapped)]
     body = reads[0]
     for op, r in zip(ops, reads[1:]):
         body = tex.maximum(body, r) if op == "maximum" else body + r if op == "add" else body * r
     if reduce == "sum_j":
-        out = tex.compute("O", (i,), tex.sum(body, over=j))
-    elif reduce == "max_i":
-        out = tex.compute("O", (j,), tex.max(body, over=i))
-    else:
-        out = tex.compute("O", (j, i) if out_swapped else (i, j), body)
+        return tex.compute("O", (i,), tex.sum(body, over=j))
+    if reduce == "max_i":
+        return tex.compute("O", (j,), tex.max(body, over=i))
+    return tex.compute("O", (j, i) if out_swapped else (i, j), body)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_programs())
+@in_child
+def test_random_programs_in_any_layout(case):
+    m, n, swapped, ops, reduce, out_swapped, layouts, seed = case
+    out = _program(swapped, ops, reduce, out_swapped, "float32")
     gen = np.random.default_rng(seed)
     values = [gen.standard_normal((n, m) if s else (m, n)).astype(np.float32) for s in swapped]
     arrays = [_laid_out(v, how) for v, how in zip(values, layouts)]
@@ -285,18 +289,7 @@ def test_random_programs_read_inputs_of_other_dtypes_in_place(case, dtypes):
     arrays' result in that layout, bit for bit but for a sum's order (the vector width
     follows the narrowest dtype read)."""
     m, n, swapped, ops, reduce, out_swapped, layouts, seed = case
-    ins = [tex.tensor(f"X{p}", (N, M) if s else (M, N), "float64")
-           for p, s in enumerate(swapped)]
-    reads = [t[j, i] if s else t[i, j] for t, s in zip(ins, swapped)]
-    body = reads[0]
-    for op, r in zip(ops, reads[1:]):
-        body = tex.maximum(body, r) if op == "maximum" else body + r if op == "add" else body * r
-    if reduce == "sum_j":
-        out = tex.compute("O", (i,), tex.sum(body, over=j))
-    elif reduce == "max_i":
-        out = tex.compute("O", (j,), tex.max(body, over=i))
-    else:
-        out = tex.compute("O", (j, i) if out_swapped else (i, j), body)
+    out = _program(swapped, ops, reduce, out_swapped, "float64")
     gen = np.random.default_rng(seed)
     values = [(gen.standard_normal((n, m) if s else (m, n)) * 50).astype(dt)
               for s, dt in zip(swapped, dtypes)]

@@ -75,21 +75,10 @@ class Retyped(Exception):
 def retypes(sig, pos, arr):
     """Whether input `pos` of a function with variants, given `arr` of another dtype,
     runs in the variant for its dtype (schedule/layouts.retyped) rather than as a
-    converted copy: a native ndarray of SMALL bytes or more whose dtype casts safely
-    (exactly) to the input's, not a factor of a contraction (whose packed copies convert
-    it anyway, and which a cast read would no longer be), at its second call of that
-    dtype (a first call converts, as a call of some other dtype once would: no compile
-    for it)."""
+    converted copy (`_retypable`), at its second call of that dtype (a first call
+    converts, as a call of some other dtype once would: no compile for it)."""
     f = sig.owner() if sig.owner is not None else None
-    if f is None or f._layout_flags is None or arr.__class__ is not np.ndarray or \
-            arr.nbytes < SMALL or not arr.dtype.isnative or arr.dtype.kind not in "biuf":
-        return False
-    t = f.program.inputs[pos]
-    if t.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, t.dtype, "safe"):
-        return False
-    if f._layout_movable is None:
-        f._layout_movable = movable_inputs(f.program)
-    if pos not in f._layout_movable:
+    if f is None or f._layout_flags is None or not _retypable(f, pos, arr):
         return False
     seen = f._layout_variants.setdefault("dtypes seen", set())
     if (pos, arr.dtype) in seen:
@@ -98,16 +87,27 @@ def retypes(sig, pos, arr):
     return False
 
 
+def _retypable(f, pos, arr):
+    """A native ndarray of SMALL bytes or more whose dtype casts safely (exactly) to
+    input `pos`'s, which is not a factor of a contraction (whose packed copies convert
+    it anyway, and which a cast read would no longer be)."""
+    t = f.program.inputs[pos]
+    if arr.__class__ is not np.ndarray or arr.dtype == t.dtype or arr.nbytes < SMALL or \
+            not arr.dtype.isnative or arr.dtype.kind not in "biuf" or \
+            t.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, t.dtype, "safe"):
+        return False
+    if f._layout_movable is None:
+        f._layout_movable = movable_inputs(f.program)
+    return pos in f._layout_movable
+
+
 def by_dtype(compile, sig, arrays, params, out):
     """The result of a call through the variant for its arrays' dtypes (`retypes`
     raised Retyped). A variant that does not compile leaves the call to the function as
     compiled, which converts its arrays."""
     f = sig.owner()
     program = f.program
-    dtypes = {pos: a.dtype for pos, a in enumerate(arrays)
-              if a.__class__ is np.ndarray and a.dtype != program.inputs[pos].dtype
-              and pos in f._layout_movable and a.dtype.kind in "biuf"
-              and np.can_cast(a.dtype, program.inputs[pos].dtype, "safe")}
+    dtypes = {pos: a.dtype for pos, a in enumerate(arrays) if _retypable(f, pos, a)}
     key = ("dtypes", tuple(sorted((pos, dt.str) for pos, dt in dtypes.items())))
     variant = f._layout_variants.get(key)
     if variant is None:

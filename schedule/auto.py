@@ -547,7 +547,8 @@ def _streams_rows(stage, rows_fixed=False):
     read of a matrix (by the last output index) times at most one other read, with no
     output index but that one or only indices of extent 1 (a matrix's one row; with
     `rows_fixed`, any extent, which a specialization then fixes to 1); with no other
-    output index, a sum of any function of one matrix read and reads of one index."""
+    output index, a sum of any function of one matrix read and reads of one index, or
+    a float or integer max or min of one."""
     from .blocking import contraction_roles
     d = stage.definition
     red = d.reduction

@@ -102,8 +102,8 @@ def axis_order(a):
 def checked_operands(subscripts, count):
     """The positions of the operands that canonical_layout transposes when their axes
     are out of order: all but the broadcast side of a product (`_broadcast_side`) and a
-    diagonal (`ii`);
-    none for subscripts with `...` or other than `count` terms of letters."""
+    diagonal (`ii`); none for subscripts with `...` or other than `count` terms of
+    letters."""
     inputs, arrow, output = subscripts.partition("->")
     terms = inputs.split(",")
     if "." in subscripts or len(terms) != count or not all(t.isalpha() for t in terms):
